@@ -1,0 +1,201 @@
+"""What one allocation cycle takes in and gives back (POLICY.md sections 1 and 3).
+
+Every input and output is a frozen dataclass. Times are plain seconds (floats): the simulator's
+clock starts at 0; the Celery loop passes Unix timestamps. Nothing here imports Django.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Sharing(StrEnum):
+    LEND_AND_BORROW = "lend-and-borrow"
+    LEND = "lend"
+    DONT_LEND = "dont-lend"
+
+
+class PreemptTeamTasks(StrEnum):
+    LOWER_PRIORITY = "lower-priority"
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "lower-or-newer-equal-priority"
+    NEVER = "never"
+
+
+class Reclaim(StrEnum):
+    ANY = "any"
+    LOWER_PRIORITY = "lower-priority"
+    NEVER = "never"
+
+
+class PreemptWhileBorrowing(StrEnum):
+    LOWER_PRIORITY = "lower-priority"
+    NEVER = "never"
+
+
+class IdleAllocation(StrEnum):
+    FAIR_SHARE = "fair-share"
+    FIRST_COME_FIRST_SERVE = "first-come-first-serve"
+
+
+class TaskRanking(StrEnum):
+    PRIORITY = "priority"
+    FIRST_COME_FIRST_SERVE = "first-come-first-serve"
+
+
+class Queueing(StrEnum):
+    BEST_EFFORT_FIFO = "best-effort-fifo"
+    STRICT_FIFO = "strict-fifo"
+
+
+class PreemptionReason(StrEnum):
+    """POLICY.md section 4."""
+
+    IN_TEAM = "in-team"
+    RECLAIM = "reclaim"
+    RECLAIM_WHILE_BORROWING = "reclaim-while-borrowing"
+    FAIR_SHARE = "fair-share"
+
+
+class PendingCode(StrEnum):
+    """POLICY.md section 5, in the order in which they are tested."""
+
+    TEAM_INACTIVE = "team-inactive"
+    EXCEEDS_MAX = "exceeds-max"
+    BLOCKED_BY_FIFO = "blocked-by-fifo"
+    BORROW_LIMIT = "borrow-limit"
+    WAITING_FOR_QUOTA = "waiting-for-quota"
+    CAPACITY_LOST = "capacity-lost"
+    NO_IDLE_CAPACITY = "no-idle-capacity"
+    FRAGMENTED = "fragmented"
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceType:
+    name: str
+    gpus_per_node: int
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node of one instance type. Only ``ready`` nodes count towards capacity and take new
+    jobs; jobs already on a draining node keep running there."""
+
+    name: str
+    instance_type: str
+    gpus: int
+    ready: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A team's settings for one instance type (POLICY.md section 1)."""
+
+    quota: int = 0
+    lend_limit: int | None = None  # None: the whole quota may be lent
+    borrow_limit_percent: int = 50
+    borrow_limit: int | None = None  # absolute cap on borrowing; overrides the percentage
+    borrow_unlimited: bool = False  # borrow_limit: unlimited
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    name: str
+    quotas: Mapping[str, Quota] = field(default_factory=dict)  # by instance type; missing = Quota()
+    active: bool = True
+    sharing: Sharing = Sharing.LEND_AND_BORROW
+    fair_share_weight: int = 1
+    preempt_team_tasks: PreemptTeamTasks = PreemptTeamTasks.LOWER_PRIORITY
+    reclaim: Reclaim = Reclaim.ANY
+    # None: the default of POLICY.md section 1 (lower-priority, or never when reclaim is never).
+    preempt_while_borrowing: PreemptWhileBorrowing | None = None
+    preempt_while_borrowing_max_priority: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    name: str
+    weight: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterPolicy:
+    idle_allocation: IdleAllocation = IdleAllocation.FAIR_SHARE
+    task_ranking: TaskRanking = TaskRanking.PRIORITY
+    share_unallocated: bool = True
+    queueing: Queueing = Queueing.BEST_EFFORT_FIFO
+    priority_classes: tuple[PriorityClass, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A pending job (``nodes`` empty) or a running one (``nodes`` set).
+
+    ``seq`` breaks ties where POLICY.md says "then id": the position in the scenario file, or
+    the database's primary key. ``priority_class`` is looked up in the policy's classes; a job
+    with no class, or with a class the policy no longer has, has priority 0.
+    """
+
+    id: str
+    team: str
+    instance_type: str
+    gpus: int
+    submit_time: float
+    seq: int = 0
+    priority_class: str | None = None
+    nodes: tuple[tuple[str, int], ...] = ()  # (node name, GPUs on that node)
+    started_at: float | None = None
+    # Among jobs started at the same time, the larger start_seq started later (POLICY.md 4).
+    start_seq: int = 0
+    # Back-off (POLICY.md 3.5): how often it has been preempted, and when last.
+    preemptions: int = 0
+    last_preempted_at: float | None = None
+
+    @property
+    def running(self) -> bool:
+        return bool(self.nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one cycle decides from. ``jobs`` holds the running and the pending jobs."""
+
+    instance_types: tuple[InstanceType, ...]
+    nodes: tuple[Node, ...]
+    teams: tuple[Team, ...]
+    policy: ClusterPolicy
+    jobs: tuple[Job, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    job_id: str
+    nodes: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    job_id: str
+    reason: PreemptionReason
+    preemptor: str
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    code: PendingCode
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The decisions of one cycle, in the order they were taken.
+
+    Apply ``preemptions`` before ``starts``. A job preempted in a cycle may start again in the
+    same cycle on other nodes (only where it fits without preempting, POLICY.md 3.5): it is
+    then in both. ``pending`` has a reason for every job left pending, keyed by job id.
+    """
+
+    starts: tuple[Start, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    pending: Mapping[str, PendingReason] = field(default_factory=dict)

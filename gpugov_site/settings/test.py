@@ -1,0 +1,6 @@
+"""Test settings: the base settings with fast password hashing and email kept in memory."""
+
+from .base import *
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
