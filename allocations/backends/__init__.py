@@ -1,0 +1,31 @@
+"""Cluster backends: the contract (``base``) and one module per kind, registered by import."""
+
+from allocations.backends.base import (
+    REGISTRY,
+    BackendError,
+    BackendJob,
+    BackendJobState,
+    BackendNode,
+    ClusterBackend,
+    JobSpec,
+    NodeState,
+    PermanentBackendError,
+    TransientBackendError,
+    get_backend,
+    register,
+)
+
+__all__ = [
+    "REGISTRY",
+    "BackendError",
+    "BackendJob",
+    "BackendJobState",
+    "BackendNode",
+    "ClusterBackend",
+    "JobSpec",
+    "NodeState",
+    "PermanentBackendError",
+    "TransientBackendError",
+    "get_backend",
+    "register",
+]

@@ -1,0 +1,182 @@
+"""The contract between gpugov and a cluster backend (the thing that actually runs jobs).
+
+gpugov decides admission and placement (the engine); a backend only executes: it reports its
+nodes and the jobs gpugov started, starts a job on exactly the nodes and GPUs it is given,
+preempts and cancels. One module per kind (``simulated``, ``slurm``, ...) registers its class
+here; a Cluster row names its kind and holds the backend's settings as JSON.
+
+Rules every backend follows:
+
+* Pure Python: no Django import, so the engine, the backends and their tests run without a
+  database. Backends return the dataclasses below, never ORM rows or raw JSON.
+* Errors: an unreachable backend (connection refused, timeout) raises
+  :class:`TransientBackendError`, and the allocation loop retries with backoff; a job is NEVER
+  marked failed because of it. A request that is itself wrong (unknown node, too many GPUs,
+  bad settings) raises :class:`PermanentBackendError`, whose message names the field or value.
+* ``start``, ``preempt`` and ``cancel`` are idempotent, keyed by gpugov's ``job_id``: the loop
+  may repeat a call after a crash or a timeout without creating a second copy of a job.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, ClassVar
+
+
+class BackendError(Exception):
+    """Base class of every error a backend raises."""
+
+
+class TransientBackendError(BackendError):
+    """The backend could not be reached or did not answer in time.
+
+    The allocation loop retries with backoff; jobs are never marked failed because of it.
+    """
+
+
+class PermanentBackendError(BackendError):
+    """The request itself is wrong (e.g. an unknown node); retrying will not help.
+
+    The message names the field or value at fault (and, for Slurm, quotes Slurm's message).
+    """
+
+
+class NodeState(StrEnum):
+    """A node as the engine sees it: usable, being emptied, or gone."""
+
+    READY = "ready"
+    DRAINING = "draining"
+    DOWN = "down"
+
+
+class BackendJobState(StrEnum):
+    """A job as the backend reports it.
+
+    ``PENDING`` covers a job that was preempted and is held, waiting for gpugov to place it
+    again; a backend never restarts a pending job on its own.
+    """
+
+    PENDING = "pending"
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class BackendNode:
+    """One node: its name, instance type, how many GPUs it has in all, and its state."""
+
+    name: str
+    instance_type: str
+    gpus: int
+    state: NodeState
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """What gpugov asks a backend to run.
+
+    ``gpus`` is the job's total; ``duration_s`` (when known) bounds its run time.
+    """
+
+    job_id: str
+    team: str
+    name: str
+    instance_type: str
+    gpus: int
+    command: str = ""
+    image: str = ""
+    duration_s: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BackendJob:
+    """What the backend reports of a job gpugov started.
+
+    ``nodes`` is ``((node name, gpus on that node), ...)`` while the job holds nodes (and, for a
+    finished job, the nodes it last ran on when the backend still says so). Times are Unix
+    seconds.
+    """
+
+    job_id: str
+    external_id: str
+    state: BackendJobState
+    nodes: tuple[tuple[str, int], ...] = ()
+    started_at: float | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    reason: str = ""
+
+
+class ClusterBackend(ABC):
+    """One cluster, driven through its own interface. Subclasses set ``kind`` and register."""
+
+    kind: ClassVar[str]
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        """``settings`` is the Cluster row's backend settings (JSON); validate them here and
+        raise :class:`PermanentBackendError` naming the bad key and value."""
+        self.settings: Mapping[str, Any] = settings
+
+    @abstractmethod
+    def list_nodes(self) -> list[BackendNode]:
+        """Every node of the cluster with its instance type, GPUs and state."""
+
+    @abstractmethod
+    def list_jobs(self) -> list[BackendJob]:
+        """Every job gpugov started that the backend still knows (running, held or recently ended)."""
+
+    @abstractmethod
+    def start(self, job: JobSpec, nodes: tuple[tuple[str, int], ...]) -> str:
+        """Run ``job`` on exactly these ``(node, gpus)`` and return the backend's id for it.
+
+        Idempotent: if the backend already knows this ``job_id`` it does not start a second
+        copy; it returns the known id (restarting a held copy on the given nodes).
+        """
+
+    @abstractmethod
+    def preempt(self, job_id: str) -> None:
+        """Stop the job and return it to pending (its progress is lost); idempotent.
+
+        The backend must not restart it on its own: only a later ``start`` does.
+        """
+
+    @abstractmethod
+    def cancel(self, job_id: str) -> None:
+        """Stop the job for good; idempotent (cancelling an ended or unknown job is a no-op)."""
+
+    def health(self) -> None:
+        """Raise :class:`TransientBackendError` when the backend cannot be reached."""
+        self.list_nodes()
+
+
+REGISTRY: dict[str, type[ClusterBackend]] = {}
+
+
+def register(cls: type[ClusterBackend]) -> type[ClusterBackend]:
+    """Class decorator: make ``cls`` available under ``cls.kind``."""
+    kind = getattr(cls, "kind", None)
+    if not isinstance(kind, str) or not kind:
+        raise TypeError(f"{cls.__name__} must set a non-empty string `kind` to be registered")
+    known = REGISTRY.get(kind)
+    if known is not None and known is not cls:
+        raise TypeError(f"backend kind {kind!r} is already registered by {known.__name__}")
+    REGISTRY[kind] = cls
+    return cls
+
+
+def get_backend(kind: str, settings: Mapping[str, Any]) -> ClusterBackend:
+    """The backend of this ``kind`` configured with ``settings``.
+
+    Raises :class:`PermanentBackendError` for an unknown kind, naming it and the known kinds.
+    """
+    cls = REGISTRY.get(kind)
+    if cls is None:
+        known = ", ".join(sorted(REGISTRY)) or "(none)"
+        raise PermanentBackendError(f"unknown backend kind {kind!r}; known kinds: {known}")
+    return cls(settings)
