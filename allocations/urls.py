@@ -1,8 +1,14 @@
-from django.urls import path
-from django.views.generic import TemplateView
+"""The app's URLs: each views module brings its own list."""
+
+from django.urls import include, path
+
+from .views import console, cycles, teams
 
 app_name = "allocations"
 
 urlpatterns = [
-    path("", TemplateView.as_view(template_name="home.html"), name="home"),
+    *console.urlpatterns,
+    *teams.urlpatterns,
+    *cycles.urlpatterns,
+    path("api/", include("allocations.api.urls")),
 ]

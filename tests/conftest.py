@@ -30,3 +30,40 @@ def require_shared(relative: str) -> Path:
     path = SHARED / relative
     require_service(path.exists(), f"../shared/{relative} (the steering repository's shared files)")
     return path
+
+
+# --- Test personas, in one place (STYLE.md) ---------------------------------------------------
+PASSWORD = "pw-for-tests-only"
+
+
+class Personas:
+    """A small cluster with two teams and one user per role.
+
+    ``team`` (team-a, quota 8 of ml.p5.48xlarge) has a team admin, a member and a viewer;
+    ``other_team`` (team-b, quota 8) has ``other_member``; ``cluster_admin`` is staff.
+    """
+
+    def __init__(self) -> None:
+        from tests import factories as f
+
+        self.cluster = f.make_cluster()
+        self.instance_type = f.make_instance_type("ml.p5.48xlarge", 8)
+        self.nodes = f.make_nodes(self.instance_type, 2)
+        self.priority_classes = f.make_priority_classes()
+        self.team = f.make_team("team-a", {self.instance_type: 8})
+        self.other_team = f.make_team("team-b", {self.instance_type: 8})
+        self.cluster_admin = f.make_user("admin", staff=True)
+        self.team_admin = f.make_user("alice")
+        self.member = f.make_user("bob")
+        self.viewer = f.make_user("victor")
+        self.other_member = f.make_user("olga")
+        self.outsider = f.make_user("nobody")
+        f.make_member(self.team_admin, self.team, "team-admin")
+        f.make_member(self.member, self.team, "member")
+        f.make_member(self.viewer, self.team, "viewer")
+        f.make_member(self.other_member, self.other_team, "member")
+
+
+@pytest.fixture
+def personas(db: None) -> Personas:
+    return Personas()

@@ -1,0 +1,359 @@
+"""The data model of the governance policy (POLICY.md section 1) and of the jobs it governs.
+
+Every rule the database can hold is a database constraint: forms and services give the
+friendly error first, but a bad row never gets in through any path.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+from . import choices
+from .choices import (
+    AuditAction,
+    BackendKind,
+    BorrowLimitKind,
+    JobEventKind,
+    JobState,
+    NodeState,
+    Role,
+)
+
+
+class Cluster(models.Model):
+    """The GPU cluster that this gpugov governs (one per installation) and its backend."""
+
+    name = models.CharField(max_length=100, default="cluster")
+    backend_kind = models.CharField(max_length=20, choices=BackendKind.choices, default=BackendKind.SIMULATED)
+    backend_settings = models.JSONField(default=dict, blank=True)
+    time_zone = models.CharField(max_length=64, default="UTC", help_text="IANA name, e.g. Europe/Berlin")
+    # Backend health, written by the allocation loop: the console shows a degraded cluster.
+    backend_healthy = models.BooleanField(default=True)
+    backend_error = models.TextField(blank=True)
+    backend_checked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="cluster_is_singleton")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ClusterPolicy(models.Model):
+    """How idle capacity is shared and jobs are ranked, cluster-wide (POLICY.md section 1)."""
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="policy")
+    idle_allocation = models.CharField(
+        max_length=32, choices=choices.IDLE_ALLOCATION_CHOICES, default="fair-share"
+    )
+    task_ranking = models.CharField(max_length=32, choices=choices.TASK_RANKING_CHOICES, default="priority")
+    share_unallocated = models.BooleanField(
+        default=True, help_text="Offer capacity in no team's quota to every team that may borrow."
+    )
+    queueing = models.CharField(max_length=32, choices=choices.QUEUEING_CHOICES, default="best-effort-fifo")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "cluster policies"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(idle_allocation__in=[c for c, _ in choices.IDLE_ALLOCATION_CHOICES]),
+                name="policy_idle_allocation_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(task_ranking__in=[c for c, _ in choices.TASK_RANKING_CHOICES]),
+                name="policy_task_ranking_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(queueing__in=[c for c, _ in choices.QUEUEING_CHOICES]),
+                name="policy_queueing_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Policy of {self.cluster}"
+
+
+class InstanceType(models.Model):
+    """A kind of accelerator node. Quotas and jobs are counted in whole GPUs of one type."""
+
+    name = models.CharField(max_length=64, unique=True, help_text="e.g. ml.p5.48xlarge")
+    gpus_per_node = models.PositiveSmallIntegerField()
+    price_per_gpu_hour = models.DecimalField(max_digits=10, decimal_places=4, default=0)
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(gpus_per_node__gte=1), name="instance_type_gpus_per_node_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(price_per_gpu_hour__gte=0), name="instance_type_price_non_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(name__regex=r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$"), name="instance_type_name_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Node(models.Model):
+    """A node of the cluster. Only ready nodes count towards capacity (POLICY.md section 1)."""
+
+    name = models.CharField(max_length=128, unique=True)
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="nodes")
+    gpus = models.PositiveSmallIntegerField()
+    state = models.CharField(max_length=16, choices=NodeState.choices, default=NodeState.READY)
+    state_since = models.DateTimeField()
+    reason = models.CharField(max_length=200, blank=True, help_text="Why it is draining or down")
+
+    class Meta:
+        ordering = ["instance_type__name", "name"]
+        constraints = [
+            models.CheckConstraint(condition=Q(state__in=NodeState.values), name="node_state_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PriorityClass(models.Model):
+    """A priority class; higher weight = higher priority. A job with no class has priority 0."""
+
+    name = models.CharField(max_length=63, unique=True)
+    weight = models.PositiveSmallIntegerField()
+    description = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-weight", "name"]
+        verbose_name_plural = "priority classes"
+        constraints = [
+            models.CheckConstraint(condition=Q(weight__gte=0, weight__lte=100), name="priority_weight_0_100"),
+            models.CheckConstraint(
+                condition=Q(name__regex=choices.DNS_LABEL_REGEX), name="priority_name_dns_label"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.weight})"
+
+
+class Team(models.Model):
+    """A team and its team-wide settings (POLICY.md section 1); quotas are per instance type."""
+
+    name = models.CharField(max_length=choices.TEAM_NAME_MAX_LENGTH, unique=True)
+    display_name = models.CharField(max_length=100, blank=True)
+    active = models.BooleanField(default=True, help_text="When off, none of the team's jobs start.")
+    fair_share_weight = models.PositiveSmallIntegerField(default=1)
+    sharing = models.CharField(max_length=32, choices=choices.SHARING_CHOICES, default="lend-and-borrow")
+    preempt_team_tasks = models.CharField(
+        max_length=32, choices=choices.PREEMPT_TEAM_TASKS_CHOICES, default="lower-priority"
+    )
+    reclaim = models.CharField(max_length=32, choices=choices.RECLAIM_CHOICES, default="any")
+    # Empty: POLICY.md's default (lower-priority, or never when reclaim is never).
+    preempt_while_borrowing = models.CharField(
+        max_length=32, choices=choices.PREEMPT_WHILE_BORROWING_CHOICES, blank=True, default=""
+    )
+    preempt_while_borrowing_max_priority = models.PositiveSmallIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(name__regex=choices.DNS_LABEL_REGEX), name="team_name_dns_label"
+            ),
+            models.CheckConstraint(
+                condition=Q(fair_share_weight__gte=0, fair_share_weight__lte=100), name="team_weight_0_100"
+            ),
+            models.CheckConstraint(
+                condition=Q(sharing__in=[c for c, _ in choices.SHARING_CHOICES]), name="team_sharing_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(reclaim__in=[c for c, _ in choices.RECLAIM_CHOICES]), name="team_reclaim_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(preempt_team_tasks__in=[c for c, _ in choices.PREEMPT_TEAM_TASKS_CHOICES]),
+                name="team_preempt_team_tasks_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(preempt_while_borrowing__in=["", "lower-priority", "never"]),
+                name="team_preempt_while_borrowing_valid",
+            ),
+            # POLICY.md section 1: lower-priority together with reclaim: never is refused.
+            models.CheckConstraint(
+                condition=~Q(reclaim="never", preempt_while_borrowing="lower-priority"),
+                name="team_no_borrow_preemption_without_reclaim",
+            ),
+            models.CheckConstraint(
+                condition=Q(preempt_while_borrowing_max_priority__isnull=True)
+                | Q(preempt_while_borrowing_max_priority__lte=100),
+                name="team_max_priority_0_100",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TeamQuota(models.Model):
+    """A team's quota of one instance type with its borrow and lend limits."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="quotas")
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="quotas")
+    quota = models.PositiveIntegerField(default=0, help_text="Guaranteed GPUs")
+    borrow_limit_kind = models.CharField(
+        max_length=16, choices=BorrowLimitKind.choices, default=BorrowLimitKind.PERCENT
+    )
+    borrow_limit_percent = models.PositiveIntegerField(default=50, help_text="0 to 10000")
+    borrow_limit = models.PositiveIntegerField(null=True, blank=True, help_text="GPUs (absolute cap)")
+    lend_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="At most this many unused GPUs are lent; empty = the whole quota"
+    )
+
+    class Meta:
+        ordering = ["team__name", "instance_type__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "instance_type"], name="one_quota_per_team_and_type"),
+            models.CheckConstraint(condition=Q(quota__gte=0), name="quota_non_negative"),
+            models.CheckConstraint(
+                condition=Q(borrow_limit_percent__gte=0, borrow_limit_percent__lte=10000),
+                name="quota_borrow_percent_0_10000",
+            ),
+            models.CheckConstraint(
+                condition=Q(borrow_limit__isnull=True) | Q(borrow_limit__gte=0),
+                name="quota_borrow_limit_non_negative",
+            ),
+            models.CheckConstraint(
+                condition=~Q(borrow_limit_kind="absolute") | Q(borrow_limit__isnull=False),
+                name="quota_absolute_borrow_limit_set",
+            ),
+            models.CheckConstraint(
+                condition=Q(borrow_limit_kind__in=BorrowLimitKind.values),
+                name="quota_borrow_limit_kind_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(lend_limit__isnull=True) | Q(lend_limit__gte=0, lend_limit__lte=F("quota")),
+                name="quota_lend_limit_within_quota",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} / {self.instance_type}: {self.quota}"
+
+
+class Membership(models.Model):
+    """A user's role in a team (access.py decides what each role may do)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    weekly_report = models.BooleanField(default=True, help_text="Receive the team's weekly report by email")
+
+    class Meta:
+        ordering = ["team__name", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "team"], name="one_membership_per_user_and_team"),
+            models.CheckConstraint(condition=Q(role__in=Role.values), name="membership_role_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.team} ({self.role})"
+
+
+class Job(models.Model):
+    """A job of a team, from submission to its end. ``submitted_at`` is kept across requeues
+    (a preempted job keeps its place, POLICY.md section 4)."""
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    submitter = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
+    )
+    name = models.CharField(max_length=200)
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="jobs")
+    gpus = models.PositiveIntegerField()
+    priority_class = models.ForeignKey(
+        PriorityClass, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
+    )
+    command = models.TextField(blank=True)
+    image = models.CharField(max_length=300, blank=True)
+    requested_duration = models.PositiveIntegerField(null=True, blank=True, help_text="Seconds")
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    submitted_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    pending_reason_code = models.CharField(max_length=32, blank=True)
+    pending_reason_message = models.CharField(max_length=500, blank=True)
+    nodes = models.JSONField(default=list, blank=True, help_text="[[node name, GPUs], ...] while running")
+    start_seq = models.BigIntegerField(default=0)
+    preemption_count = models.PositiveIntegerField(default=0)
+    last_preempted_at = models.DateTimeField(null=True, blank=True)
+    external_id = models.CharField(max_length=100, blank=True, help_text="The backend's id of the job")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "team"], name="job_state_team"),
+            models.Index(fields=["team", "state", "submitted_at"], name="job_team_state_submitted"),
+            models.Index(fields=["submitted_at"], name="job_submitted_at"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(gpus__gte=1), name="job_gpus_positive"),
+            models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} (#{self.pk})"
+
+
+class JobEvent(models.Model):
+    """Append-only history of a job: written by services, never updated or deleted."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=16, choices=JobEventKind.choices)
+    at = models.DateTimeField()
+    nodes = models.JSONField(default=list, blank=True)
+    reason = models.CharField(max_length=32, blank=True)
+    preemptor = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    message = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["kind", "at"], name="jobevent_kind_at")]
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=JobEventKind.values), name="jobevent_kind_valid")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.kind} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class AuditEntry(models.Model):
+    """Who changed which field of which policy object, from what to what, and when."""
+
+    at = models.DateTimeField(db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    actor_name = models.CharField(max_length=150, blank=True, help_text="Kept when the user is deleted")
+    action = models.CharField(max_length=16, choices=AuditAction.choices)
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=64)
+    object_repr = models.CharField(max_length=200)
+    field = models.CharField(max_length=64, blank=True)
+    old_value = models.TextField(blank=True)
+    new_value = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name_plural = "audit entries"
+        indexes = [models.Index(fields=["object_type", "object_id"], name="audit_object")]
+
+    def __str__(self) -> str:
+        return f"{self.actor_name} {self.action} {self.object_type} {self.object_repr} {self.field}"
