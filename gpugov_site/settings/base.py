@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI served from our static files, not a CDN
     "allocations",
 ]
 
@@ -185,6 +186,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Govern a shared GPU cluster between teams: quotas, lending, borrowing, priorities.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # /api/docs/ loads Swagger UI from drf-spectacular-sidecar's static files: works offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Email ----------------------------------------------------------------------------------
