@@ -1,0 +1,86 @@
+"""Celery tasks of the allocation loop.
+
+``run_cycle`` runs one allocation cycle (``services.loop.run_allocation_cycle``); beat runs it
+every ``ALLOCATION_INTERVAL`` seconds (``allocations/schedule.py``) and every write service asks
+for one soon after its change with ``request_cycle()`` in ``transaction.on_commit``.
+Tasks take no ORM objects, only plain values, and are safe to run twice: a cycle that finds
+another one running simply does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from celery import shared_task
+from django.conf import settings
+from django.core.cache import cache
+
+log = logging.getLogger(__name__)
+
+# One cycle request per window: a burst of writes (a form saving ten quotas, an API client
+# submitting a hundred jobs) gives one cycle, not a hundred.
+REQUEST_DEBOUNCE_KEY = "gpugov:loop:cycle-requested"
+REQUEST_WINDOW_S = 1
+# After a backend outage, cycles wait this long (doubling per failure, up to the cap) before
+# they talk to the backend again; the state lives in the cache so every worker honours it.
+BACKOFF_KEY = "gpugov:loop:backoff"
+BACKOFF_MAX_S = 300
+
+
+def request_cycle() -> bool:
+    """Ask for an allocation cycle soon; call it in ``transaction.on_commit`` after a write.
+
+    Debounced: at most one ``run_cycle`` is queued per ``REQUEST_WINDOW_S`` (the cache's atomic
+    ``add`` decides which caller queues it). Returns whether this call queued one. A broker that
+    cannot be reached is logged, not raised: the user's change is already committed and the next
+    beat tick runs the cycle anyway.
+    """
+    if not cache.add(REQUEST_DEBOUNCE_KEY, 1, timeout=REQUEST_WINDOW_S):
+        return False
+    try:
+        run_cycle.apply_async(kwargs={"trigger": "request"}, countdown=REQUEST_WINDOW_S)
+    except Exception:  # the broker is down: beat will run the cycle when it is back
+        log.exception("could not queue an allocation cycle; the next scheduled one will run")
+        return False
+    return True
+
+
+def backoff_remaining(now: float | None = None) -> float:
+    """Seconds until the loop may talk to the backend again after an outage (0: now)."""
+    state = cache.get(BACKOFF_KEY)
+    if not state:
+        return 0.0
+    now = time.time() if now is None else now
+    return max(0.0, float(state["until"]) - now)
+
+
+def record_backend_outcome(healthy: bool, now: float | None = None) -> None:
+    """Grow the back-off after an outage (interval x 2^(failures-1), capped); clear it on success."""
+    if healthy:
+        cache.delete(BACKOFF_KEY)
+        return
+    now = time.time() if now is None else now
+    failures = int((cache.get(BACKOFF_KEY) or {}).get("failures", 0)) + 1
+    delay = min(BACKOFF_MAX_S, settings.ALLOCATION_INTERVAL * 2 ** (failures - 1))
+    cache.set(BACKOFF_KEY, {"failures": failures, "until": now + delay}, timeout=BACKOFF_MAX_S * 2)
+
+
+@shared_task(name="allocations.run_cycle", ignore_result=True)
+def run_cycle(trigger: str = "beat") -> int | None:
+    """Run one allocation cycle unless the backend is in back-off; returns the CycleRun's id.
+
+    Idempotent: the cycle takes a lock, so a second copy of this task running at the same time
+    returns None without touching anything.
+    """
+    from allocations.services.loop import run_allocation_cycle
+
+    waiting = backoff_remaining()
+    if waiting > 0:
+        log.info("allocation cycle (%s) skipped: backend back-off, %.0f s left", trigger, waiting)
+        return None
+    run = run_allocation_cycle(trigger=trigger)
+    if run is None:
+        return None
+    record_backend_outcome(healthy=not run.backend_outage)
+    return run.pk
