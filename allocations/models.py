@@ -357,3 +357,68 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor_name} {self.action} {self.object_type} {self.object_repr} {self.field}"
+
+
+class CycleRun(models.Model):
+    """One run of the allocation loop (``services.loop.run_allocation_cycle``): how long each
+    phase took, what it changed, what it had to correct, and whether the backend answered."""
+
+    started_at = models.DateTimeField(db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    trigger = models.CharField(max_length=32, help_text="beat, request, manual, test, ...")
+    ok = models.BooleanField(default=False)
+    backend_outage = models.BooleanField(default=False, help_text="The backend could not be reached")
+    # Duration of each phase in milliseconds (POLICY.md section 3: sync, snapshot, engine, apply, record).
+    sync_ms = models.FloatField(default=0)
+    snapshot_ms = models.FloatField(default=0)
+    engine_ms = models.FloatField(default=0)
+    apply_ms = models.FloatField(default=0)
+    record_ms = models.FloatField(default=0)
+    started = models.PositiveIntegerField(default=0)
+    preempted = models.PositiveIntegerField(default=0)
+    ended = models.PositiveIntegerField(default=0, help_text="Jobs found finished, failed or cancelled")
+    pending = models.PositiveIntegerField(default=0)
+    corrections = models.PositiveIntegerField(
+        default=0, help_text="Differences between the database and the backend that the sync repaired"
+    )
+    notes = models.JSONField(default=list, blank=True, help_text="One line per correction")
+    errors = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"cycle {self.pk} at {self.started_at:%Y-%m-%d %H:%M:%S} ({self.trigger})"
+
+
+class SimulatedJob(models.Model):
+    """What the simulated backend runs (``backends/simulated.py``): its own record of a job,
+    separate from Job so that the loop's sync can compare the two as it does with Slurm."""
+
+    job_id = models.CharField(max_length=64, unique=True, help_text="gpugov's id of the job")
+    external_id = models.CharField(max_length=100)
+    name = models.CharField(max_length=200, blank=True)
+    team = models.CharField(max_length=64, blank=True)
+    instance_type = models.CharField(max_length=64)
+    gpus = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, help_text="pending, running, finished, failed, cancelled")
+    nodes = models.JSONField(default=list, blank=True)
+    duration_s = models.FloatField(help_text="Wall-clock seconds it runs once started (after speed-up)")
+    started_at = models.DateTimeField(null=True, blank=True)
+    ends_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    reason = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["state", "ends_at"], name="simjob_state_ends_at")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=["pending", "running", "finished", "failed", "cancelled"]),
+                name="simjob_state_valid",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.external_id} ({self.state})"
