@@ -1,0 +1,99 @@
+"""The command line shared by ``manage.py simulate`` and ``python -m allocations.simulation``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from .replay import Progress, replay
+from .result import Result, summary, to_json
+from .scenario import ScenarioError, load_scenario
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", help="scenario file (YAML or JSON, SCENARIO.md)")
+    parser.add_argument(
+        "--json", dest="json_out", metavar="OUT", help="write the result as JSON to OUT ('-' for stdout)"
+    )
+    parser.add_argument("--until", type=float, metavar="T", help="stop at time T (seconds)")
+    parser.add_argument(
+        "--keep-unfit", action="store_true", help="keep jobs that can never fit; they end rejected"
+    )
+    parser.add_argument(
+        "--strict", action="store_true", help="refuse a trace with unusable rows instead of skipping them"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def progress_bar(stream: TextIO) -> Progress:
+    """A one-line progress bar (simulated time when the end is known, else jobs done)."""
+
+    def show(now: float, end: float | None, done: int, total: int) -> None:
+        fraction = now / end if end else (done / total if total else 1.0)
+        fraction = min(1.0, max(0.0, fraction))
+        filled = int(30 * fraction)
+        stream.write(
+            f"\r[{'#' * filled}{'.' * (30 - filled)}] {100 * fraction:5.1f}%  t={now:,.0f}s  jobs done {done:,}/{total:,}"
+        )
+        if fraction >= 1.0 and (end is None or now >= end):
+            stream.write("\n")
+        stream.flush()
+
+    return show
+
+
+def simulate(
+    file: str | Path,
+    *,
+    json_out: str | None = None,
+    until: float | None = None,
+    keep_unfit: bool = False,
+    strict: bool = False,
+    progress: bool = True,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> Result:
+    """Load, replay, print the summary (and the JSON). Raises ScenarioError for a bad file
+    (nothing simulated) and SimulationError for an engine plan that cannot be applied."""
+    stdout = stdout or sys.stdout
+    stderr = stderr or sys.stderr
+    if until is not None and until < 0:
+        raise ScenarioError([f"--until: must be a number of seconds >= 0, got {until:g}"])
+    scenario = load_scenario(file, keep_unfit=keep_unfit, strict=strict)
+    if scenario.trace is not None and scenario.trace.skipped:
+        stderr.write(f"warning: {scenario.trace.describe()}\n")
+    show = progress_bar(stderr) if progress and stderr.isatty() else None
+    result = replay(scenario, until=until, progress=show)
+    document = json.dumps(to_json(result), indent=2) + "\n"
+    if json_out == "-":
+        stdout.write(document)
+        stderr.write(summary(result) + "\n")
+    else:
+        stdout.write(summary(result) + "\n")
+        if json_out:
+            Path(json_out).write_text(document, encoding="utf-8")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m allocations.simulation", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    from .replay import SimulationError
+
+    try:
+        simulate(
+            args.file,
+            json_out=args.json_out,
+            until=args.until,
+            keep_unfit=args.keep_unfit,
+            strict=args.strict,
+            progress=not args.no_progress,
+        )
+    except (ScenarioError, SimulationError) as exc:
+        sys.stderr.write(f"{args.file}: {exc}\n" if isinstance(exc, ScenarioError) else f"error: {exc}\n")
+        return 1
+    return 0

@@ -1,0 +1,623 @@
+"""The event-driven replay of a scenario through the engine's ``allocate`` (SCENARIO.md).
+
+Time jumps from one happening to the next (a submit, a finish, an event, a back-off retry).
+At each time everything that happens then is applied first, then cycles run until one changes
+nothing (the decisions of one instant come to rest, POLICY.md 3.5). Between two times nothing
+changes, so the metrics are integrated piecewise from the accounting after each rest.
+
+The replay keeps the engine's ``Job`` of every live job and replaces it only when the job
+changes, so a cycle's snapshot is one tuple of existing objects, not a rebuild.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from itertools import chain
+
+from allocations.engine.accounting import account
+from allocations.engine.snapshot import Job, Node, PendingReason, Plan, Snapshot, Team
+
+from .result import ClusterResult, JobResult, PreemptionRecord, Result, TeamResult, percentile
+from .scenario import Cancel, NodeDown, NodeUp, Scenario, ScenarioError, ScenarioJob, UpdatePolicy, UpdateTeam
+
+Allocate = Callable[[Snapshot, float], Plan]
+Progress = Callable[[float, float | None, int, int], None]  # now, end, jobs done, jobs
+
+# Cycles at one instant before the replay gives up: back-off (POLICY.md 3.5) makes the cycles
+# of one instant come to rest after a few rounds; far more than that is an engine bug.
+MAX_CYCLES_PER_INSTANT = 10_000
+
+UNSUBMITTED, PENDING, RUNNING, FINISHED, CANCELLED, REJECTED = (
+    "unsubmitted",
+    "pending",
+    "running",
+    "finished",
+    "cancelled",
+    "rejected",
+)
+
+
+class SimulationError(Exception):
+    """The engine returned a plan that cannot be applied, or never came to rest."""
+
+
+class _Run:
+    """One job's life in the replay."""
+
+    __slots__ = (
+        "admitted_at",
+        "cancelled_at",
+        "evicted_at",
+        "finished_at",
+        "generation",
+        "job",
+        "last_preempted_at",
+        "nodes",
+        "preempted",
+        "preemptions",
+        "queued_at",
+        "spec",
+        "start_seq",
+        "started_at",
+        "state",
+    )
+
+    def __init__(self, spec: ScenarioJob) -> None:
+        self.spec = spec
+        self.state = UNSUBMITTED
+        self.job: Job | None = None
+        self.nodes: tuple[tuple[str, int], ...] = ()
+        self.started_at: float | None = None
+        self.start_seq = 0
+        self.preemptions = 0
+        self.last_preempted_at: float | None = None
+        self.queued_at = spec.submit
+        self.admitted_at: list[float] = []
+        self.preempted: list[PreemptionRecord] = []
+        self.evicted_at: list[float] = []
+        self.finished_at: float | None = None
+        self.cancelled_at: float | None = None
+        self.generation = 0  # invalidates its scheduled finish when it stops early
+
+    def pending_job(self) -> Job:
+        s = self.spec
+        return Job(
+            id=s.id,
+            team=s.team,
+            instance_type=s.instance_type,
+            gpus=s.gpus,
+            submit_time=s.submit,
+            seq=s.seq,
+            priority_class=s.priority,
+            preemptions=self.preemptions,
+            last_preempted_at=self.last_preempted_at,
+        )
+
+
+class Replay:
+    """One replay of ``scenario`` up to ``until`` (else its horizon, else the end rule)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        until: float | None = None,
+        allocate: Allocate | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        if allocate is None:
+            from allocations.engine import allocate as engine_allocate
+
+            allocate = engine_allocate
+        self.scenario = scenario
+        self.allocate = allocate
+        self.progress = progress
+        self.end = until if until is not None else scenario.horizon
+
+        self.node_specs = {n.name: n for n in scenario.nodes}
+        self.node_order = {n.name: i for i, n in enumerate(scenario.nodes)}
+        self.ready = {n.name: True for n in scenario.nodes}
+        self.node_used = {n.name: 0 for n in scenario.nodes}
+        self.node_jobs: dict[str, set[int]] = {n.name: set() for n in scenario.nodes}
+        self.nodes_tuple: tuple[Node, ...] = scenario.nodes
+        self.capacity: dict[str, int] = {}
+        for n in scenario.nodes:
+            self.capacity[n.instance_type] = self.capacity.get(n.instance_type, 0) + n.gpus
+        self.teams: dict[str, Team] = {t.name: t for t in scenario.teams}
+        self.teams_tuple = scenario.teams
+        self.policy = scenario.policy
+
+        self.runs = [_Run(spec) for spec in scenario.jobs]
+        self.by_id = {run.spec.id: run for run in self.runs}
+        self.pending: dict[int, _Run] = {}
+        self.running: dict[int, _Run] = {}
+        self.used: dict[tuple[str, str], int] = {}
+        self.pending_gpus: dict[tuple[str, str], tuple[int, int]] = {}
+        self.reasons: Mapping[str, PendingReason] = {}
+
+        self.submits = sorted(
+            (run for run in self.runs if run.spec.running_since is None),
+            key=lambda r: (max(0.0, r.spec.submit), r.spec.seq),
+        )
+        self.next_submit = 0
+        self.events = sorted(scenario.events, key=lambda e: (e.at, e.seq))
+        self.next_event = 0
+        self.finishes: list[tuple[float, int, int]] = []  # (time, seq, generation)
+        self.ticks: list[float] = [0.0]  # time 0 and back-off retry cycles
+
+        self.start_counter = 0
+        self.cycles = 0
+        self.steps = 0  # times processed
+        self.done = 0
+        # Integrals, in GPU-seconds.
+        self.last_time = 0.0
+        self.rates: tuple[dict[str, tuple[float, float, float, float]], float, float, float] = ({}, 0, 0, 0)
+        self.team_seconds = {
+            name: [0.0, 0.0, 0.0, 0.0] for name in self.teams
+        }  # used, borrowed, lent, idle quota
+        self.capacity_seconds = 0.0
+        self.allocated_seconds = 0.0
+        self.idle_waiting_seconds = 0.0
+        self.waits: dict[str, list[float]] = {name: [] for name in self.teams}
+        self.lost: dict[str, float] = dict.fromkeys(self.teams, 0.0)
+        self.team_preemptions: dict[str, int] = dict.fromkeys(self.teams, 0)
+        self.node_down_lost = 0.0
+
+    # ------------------------------------------------------------------------------------
+    # Starting and stopping jobs
+
+    def _add(self, table: dict[tuple[str, str], int], key: tuple[str, str], delta: int) -> None:
+        table[key] = table.get(key, 0) + delta
+
+    def _enqueue(self, run: _Run, now: float, requeued: bool = False) -> None:
+        run.state = PENDING
+        # Waits count from submit, or from the requeue after a preemption or a lost node.
+        run.queued_at = now if requeued else run.spec.submit
+        run.job = run.pending_job()
+        self.pending[run.spec.seq] = run
+        key = (run.spec.team, run.spec.instance_type)
+        gpus, count = self.pending_gpus.get(key, (0, 0))
+        self.pending_gpus[key] = (gpus + run.spec.gpus, count + 1)
+
+    def _dequeue(self, run: _Run) -> None:
+        del self.pending[run.spec.seq]
+        key = (run.spec.team, run.spec.instance_type)
+        gpus, count = self.pending_gpus[key]
+        self.pending_gpus[key] = (gpus - run.spec.gpus, count - 1)
+
+    def _start(
+        self, run: _Run, nodes: tuple[tuple[str, int], ...], started_at: float, initial: bool = False
+    ) -> None:
+        spec = run.spec
+        run.state = RUNNING
+        run.nodes = nodes
+        run.started_at = started_at
+        # Jobs already running when the simulation starts all have start_seq 0: the engine
+        # orders them by id (POLICY.md 4); every start in the replay counts on from 1.
+        if not initial:
+            self.start_counter += 1
+        run.start_seq = 0 if initial else self.start_counter
+        assert run.job is not None
+        run.job = replace(run.job, nodes=nodes, started_at=started_at, start_seq=run.start_seq)
+        for name, gpus in nodes:
+            self.node_used[name] += gpus
+            self.node_jobs[name].add(spec.seq)
+        self.running[spec.seq] = run
+        self._add(self.used, (spec.team, spec.instance_type), spec.gpus)
+        if spec.duration is not None:
+            heapq.heappush(self.finishes, (started_at + spec.duration, spec.seq, run.generation))
+
+    def _stop(self, run: _Run) -> None:
+        spec = run.spec
+        for name, gpus in run.nodes:
+            self.node_used[name] -= gpus
+            self.node_jobs[name].discard(spec.seq)
+        del self.running[spec.seq]
+        self._add(self.used, (spec.team, spec.instance_type), -spec.gpus)
+        run.nodes = ()
+        run.generation += 1
+
+    def _place_initial(self) -> None:
+        """Jobs with ``running_since`` are running at 0: place them best fit (the fullest
+        nodes that still have room; whole empty nodes for multi-node jobs), oldest first."""
+        initial = sorted(
+            (r for r in self.runs if r.spec.running_since is not None),
+            key=lambda r: (r.spec.running_since, r.spec.seq),
+        )
+        errors = []
+        for run in initial:
+            spec = run.spec
+            run.job = run.pending_job()
+            nodes = self._best_fit(spec.instance_type, spec.gpus)
+            if nodes is None:
+                errors.append(
+                    f"{spec.path}.running_since: no room for job {spec.id!r} ({spec.gpus} GPUs of "
+                    f"{spec.instance_type}) beside the jobs already running at 0"
+                )
+                continue
+            assert spec.running_since is not None
+            self._start(run, nodes, spec.running_since, initial=True)
+        if errors:
+            raise ScenarioError(errors)
+
+    def _best_fit(self, instance_type: str, gpus: int) -> tuple[tuple[str, int], ...] | None:
+        candidates = [
+            n for n in self.scenario.nodes if n.instance_type == instance_type and self.ready[n.name]
+        ]
+        if not candidates:
+            return None
+        per_node = candidates[0].gpus
+        if gpus <= per_node:
+            roomy = [n for n in candidates if n.gpus - self.node_used[n.name] >= gpus]
+            if not roomy:
+                return None
+            best = min(roomy, key=lambda n: (n.gpus - self.node_used[n.name], self.node_order[n.name]))
+            return ((best.name, gpus),)
+        empty = [n for n in candidates if self.node_used[n.name] == 0][: gpus // per_node]
+        if len(empty) * per_node < gpus:
+            return None
+        return tuple((n.name, per_node) for n in empty)
+
+    # ------------------------------------------------------------------------------------
+    # What happens at one time
+
+    def _finish_due(self, now: float) -> bool:
+        finished = False
+        while self.finishes and self.finishes[0][0] <= now:
+            _, seq, generation = heapq.heappop(self.finishes)
+            run = self.runs[seq]
+            if run.state != RUNNING or run.generation != generation:
+                continue  # stopped before: a stale entry
+            self._stop(run)
+            run.state = FINISHED
+            run.finished_at = now
+            self.done += 1
+            finished = True
+        return finished
+
+    def _apply_events(self, now: float) -> None:
+        while self.next_event < len(self.events) and self.events[self.next_event].at <= now:
+            action = self.events[self.next_event].action
+            self.next_event += 1
+            if isinstance(action, NodeDown):
+                self._node_down(action, now)
+            elif isinstance(action, NodeUp):
+                down = [
+                    n
+                    for n in self.scenario.nodes
+                    if n.instance_type == action.instance_type and not self.ready[n.name]
+                ]
+                for node in down[: action.count]:
+                    self.ready[node.name] = True
+                    self.capacity[node.instance_type] += node.gpus
+                self._nodes_changed()
+            elif isinstance(action, Cancel):
+                self._cancel(self.by_id[action.job_id], now)
+            elif isinstance(action, UpdateTeam):
+                self.teams[action.team.name] = action.team
+                self.teams_tuple = tuple(self.teams.values())
+            elif isinstance(action, UpdatePolicy):
+                self.policy = action.policy
+
+    def _node_down(self, action: NodeDown, now: float) -> None:
+        """The nodes with the fewest GPUs in use go first (then file order); their jobs go
+        back to pending with their original submit time and lose their progress."""
+        up = [
+            n for n in self.scenario.nodes if n.instance_type == action.instance_type and self.ready[n.name]
+        ]
+        up.sort(key=lambda n: (self.node_used[n.name], self.node_order[n.name]))
+        for node in up[: action.count]:
+            for seq in sorted(self.node_jobs[node.name]):
+                run = self.runs[seq]
+                assert run.started_at is not None
+                self.node_down_lost += run.spec.gpus * (now - run.started_at)
+                self._stop(run)
+                run.evicted_at.append(now)
+                self._enqueue(run, now, requeued=True)
+            self.ready[node.name] = False
+            self.capacity[node.instance_type] -= node.gpus
+        self._nodes_changed()
+
+    def _nodes_changed(self) -> None:
+        self.nodes_tuple = tuple(
+            n if self.ready[n.name] else replace(n, ready=False) for n in self.scenario.nodes
+        )
+
+    def _cancel(self, run: _Run, now: float) -> None:
+        if run.state == RUNNING:
+            self._stop(run)
+        elif run.state == PENDING:
+            self._dequeue(run)
+        elif run.state != UNSUBMITTED:
+            return  # finished, cancelled or rejected already: nothing to cancel
+        run.state = CANCELLED
+        run.cancelled_at = now
+        self.done += 1
+
+    def _submit_due(self, now: float) -> None:
+        while (
+            self.next_submit < len(self.submits)
+            and max(0.0, self.submits[self.next_submit].spec.submit) <= now
+        ):
+            run = self.submits[self.next_submit]
+            self.next_submit += 1
+            if run.state != UNSUBMITTED:
+                continue  # cancelled before its submit time
+            if run.spec.id in self.scenario.rejected:
+                run.state = REJECTED
+                self.done += 1
+            else:
+                self._enqueue(run, now)
+
+    # ------------------------------------------------------------------------------------
+    # Cycles
+
+    def _snapshot(self) -> Snapshot:
+        jobs = tuple(r.job for r in chain(self.running.values(), self.pending.values()))
+        return Snapshot(
+            instance_types=self.scenario.instance_types,
+            nodes=self.nodes_tuple,
+            teams=self.teams_tuple,
+            policy=self.policy,
+            jobs=jobs,  # type: ignore[arg-type]
+        )
+
+    def _settle(self, now: float) -> None:
+        """Cycles at ``now`` until one changes nothing (a cycle with no pending job would
+        decide nothing, so none runs)."""
+        for _ in range(MAX_CYCLES_PER_INSTANT):
+            if not self.pending:
+                return
+            plan = self.allocate(self._snapshot(), now)
+            self.cycles += 1
+            self.reasons = plan.pending
+            changed = self._apply(plan, now)
+            # A job of duration 0 finishes at the time it starts.
+            changed = self._finish_due(now) or changed
+            if not changed:
+                return
+        raise SimulationError(
+            f"the cycles at t={now:g} did not come to rest after {MAX_CYCLES_PER_INSTANT} cycles "
+            "(the engine keeps starting or preempting jobs at one instant)"
+        )
+
+    def _apply(self, plan: Plan, now: float) -> bool:
+        """Apply a plan: preemptions first, then starts (the Plan contract)."""
+        for p in plan.preemptions:
+            run = self.by_id.get(p.job_id)
+            if run is None or run.state != RUNNING:
+                state = "unknown" if run is None else run.state
+                raise SimulationError(
+                    f"t={now:g}: the plan preempts job {p.job_id!r}, which is {state}, not running"
+                )
+            if p.preemptor not in self.by_id:
+                raise SimulationError(
+                    f"t={now:g}: the plan preempts {p.job_id!r} for an unknown job {p.preemptor!r}"
+                )
+            assert run.started_at is not None
+            team = run.spec.team
+            self.lost[team] = self.lost.get(team, 0.0) + run.spec.gpus * (now - run.started_at)
+            self.team_preemptions[team] = self.team_preemptions.get(team, 0) + 1
+            self._stop(run)
+            run.preemptions += 1
+            run.last_preempted_at = now
+            run.preempted.append(PreemptionRecord(now, str(p.reason.value), p.preemptor))
+            self._enqueue(run, now, requeued=True)
+            # Back-off (POLICY.md 3.5): the job may preempt again from now + 2^(n-1): give it a cycle then.
+            heapq.heappush(self.ticks, now + 2 ** (run.preemptions - 1))
+        for s in plan.starts:
+            run = self.by_id.get(s.job_id)
+            if run is None or run.state != PENDING:
+                state = "unknown" if run is None else run.state
+                raise SimulationError(
+                    f"t={now:g}: the plan starts job {s.job_id!r}, which is {state}, not pending"
+                )
+            self._check_placement(run, s.nodes, now)
+            self._dequeue(run)
+            self.waits.setdefault(run.spec.team, []).append(now - run.queued_at)
+            run.admitted_at.append(now)
+            self._start(run, s.nodes, now)
+        return bool(plan.starts or plan.preemptions)
+
+    def _check_placement(self, run: _Run, nodes: tuple[tuple[str, int], ...], now: float) -> None:
+        spec = run.spec
+        problem = None
+        if sum(g for _, g in nodes) != spec.gpus:
+            problem = f"places {sum(g for _, g in nodes)} GPUs for a job of {spec.gpus}"
+        for name, gpus in nodes:
+            node = self.node_specs.get(name)
+            if node is None:
+                problem = f"uses an unknown node {name!r}"
+            elif not self.ready[name]:
+                problem = f"uses node {name!r}, which is down"
+            elif node.instance_type != spec.instance_type:
+                problem = f"uses node {name!r} of {node.instance_type}, not {spec.instance_type}"
+            elif self.node_used[name] + gpus > node.gpus:
+                problem = (
+                    f"puts {gpus} GPUs on node {name!r}, which has {node.gpus - self.node_used[name]} free"
+                )
+        if problem:
+            raise SimulationError(f"t={now:g}: the plan starting job {spec.id!r} {problem}")
+
+    # ------------------------------------------------------------------------------------
+    # Metrics
+
+    def _measure(self) -> None:
+        """The rates that hold until the next time something happens."""
+        acc = account(
+            instance_types=self.capacity.keys(),
+            capacity=self.capacity,
+            teams=self.teams_tuple,
+            policy=self.policy,
+            used=self.used,
+            pending=self.pending_gpus,
+        )
+        teams: dict[str, list[float]] = {}
+        for row in acc.teams:
+            t = teams.setdefault(row.team, [0.0, 0.0, 0.0, 0.0])
+            t[0] += row.used
+            t[1] += row.borrowed
+            t[2] += row.lent
+            t[3] += row.idle_quota
+        capacity = sum(r.capacity for r in acc.instance_types)
+        allocated = sum(r.allocated for r in acc.instance_types)
+        idle_waiting = sum(min(r.idle, r.pending_gpus) for r in acc.instance_types)
+        self.rates = (
+            {k: (v[0], v[1], v[2], v[3]) for k, v in teams.items()},
+            capacity,
+            allocated,
+            idle_waiting,
+        )
+
+    def _integrate(self, to: float) -> None:
+        span = to - self.last_time
+        if span <= 0:
+            return
+        teams, capacity, allocated, idle_waiting = self.rates
+        for name, (used, borrowed, lent, idle_quota) in teams.items():
+            acc = self.team_seconds.setdefault(name, [0.0, 0.0, 0.0, 0.0])
+            acc[0] += used * span
+            acc[1] += borrowed * span
+            acc[2] += lent * span
+            acc[3] += idle_quota * span
+        self.capacity_seconds += capacity * span
+        self.allocated_seconds += allocated * span
+        self.idle_waiting_seconds += idle_waiting * span
+        self.last_time = to
+
+    # ------------------------------------------------------------------------------------
+    # The run
+
+    def _next_time(self) -> float | None:
+        """The next time something happens; None when only back-off retries are left (the end
+        rule of SCENARIO.md) and no end time was asked for."""
+        while self.finishes:
+            _, seq, generation = self.finishes[0]
+            run = self.runs[seq]
+            if run.state == RUNNING and run.generation == generation:
+                break
+            heapq.heappop(self.finishes)
+        times = []
+        if self.next_submit < len(self.submits):
+            times.append(max(0.0, self.submits[self.next_submit].spec.submit))
+        if self.next_event < len(self.events):
+            times.append(self.events[self.next_event].at)
+        if self.finishes:
+            times.append(self.finishes[0][0])
+        if not times and self.end is None and self.steps > 0:
+            return None
+        if self.ticks:
+            times.append(self.ticks[0])
+        return min(times) if times else None
+
+    def run(self) -> Result:
+        self._place_initial()
+        self._measure()
+        last_report = time.monotonic()
+        while True:
+            now = self._next_time()
+            if now is None or (self.end is not None and now > self.end):
+                break
+            self._integrate(now)
+            while self.ticks and self.ticks[0] <= now:
+                heapq.heappop(self.ticks)
+            self._finish_due(now)
+            self._apply_events(now)
+            self._submit_due(now)
+            self._settle(now)
+            self._measure()
+            self.last_time = now
+            self.steps += 1
+            if self.progress is not None and self.steps % 256 == 0 and time.monotonic() - last_report > 0.2:
+                last_report = time.monotonic()
+                self.progress(now, self.end, self.done, len(self.runs))
+        end_time = self.end if self.end is not None else self.last_time
+        self._integrate(end_time)
+        if self.progress is not None:
+            self.progress(end_time, self.end, self.done, len(self.runs))
+        return self._result(end_time)
+
+    def _result(self, end_time: float) -> Result:
+        jobs: dict[str, JobResult] = {}
+        not_submitted = []
+        counts = dict.fromkeys((RUNNING, PENDING, FINISHED, CANCELLED, REJECTED), 0)
+        for run in self.runs:
+            s = run.spec
+            if run.state == UNSUBMITTED:
+                not_submitted.append(s.id)
+                continue
+            counts[run.state] += 1
+            reason = None
+            if run.state == PENDING:
+                reason = self.reasons.get(s.id)
+            elif run.state == REJECTED:
+                reason = self.scenario.rejected[s.id]
+            jobs[s.id] = JobResult(
+                id=s.id,
+                team=s.team,
+                instance_type=s.instance_type,
+                gpus=s.gpus,
+                priority=s.priority,
+                submit=s.submit,
+                state=run.state,
+                admitted_at=tuple(run.admitted_at),
+                preempted=tuple(run.preempted),
+                finished_at=run.finished_at,
+                cancelled_at=run.cancelled_at,
+                pending_reason=reason,
+                evicted_at=tuple(run.evicted_at),
+            )
+        teams = {}
+        all_waits: list[float] = []
+        for name in self.teams:
+            seconds = self.team_seconds.get(name, [0.0, 0.0, 0.0, 0.0])
+            waits = self.waits.get(name, [])
+            all_waits.extend(waits)
+            teams[name] = TeamResult(
+                gpu_hours=seconds[0] / 3600,
+                borrowed_gpu_hours=seconds[1] / 3600,
+                lent_gpu_hours=seconds[2] / 3600,
+                idle_quota_gpu_hours=seconds[3] / 3600,
+                wait_p50_s=percentile(waits, 50),
+                wait_p95_s=percentile(waits, 95),
+                preemptions=self.team_preemptions.get(name, 0),
+                lost_gpu_hours=self.lost.get(name, 0.0) / 3600,
+                starts=len(waits),
+            )
+        cluster = ClusterResult(
+            capacity_gpu_hours=self.capacity_seconds / 3600,
+            allocated_gpu_hours=self.allocated_seconds / 3600,
+            utilization=self.allocated_seconds / self.capacity_seconds if self.capacity_seconds else 0.0,
+            idle_while_waiting_gpu_hours=self.idle_waiting_seconds / 3600,
+            wait_mean_s=sum(all_waits) / len(all_waits) if all_waits else 0,
+            wait_p95_s=percentile(all_waits, 95),
+            lost_gpu_hours=sum(self.lost.values()) / 3600,
+            preemptions=sum(self.team_preemptions.values()),
+            cycles=self.cycles,
+            node_down_lost_gpu_hours=self.node_down_lost / 3600,
+            starts=len(all_waits),
+        )
+        return Result(
+            name=self.scenario.name,
+            end_time=end_time,
+            jobs=jobs,
+            teams=teams,
+            cluster=cluster,
+            not_submitted=tuple(not_submitted),
+            trace=self.scenario.trace,
+            counts=counts,
+        )
+
+
+def replay(
+    scenario: Scenario,
+    *,
+    until: float | None = None,
+    allocate: Allocate | None = None,
+    progress: Progress | None = None,
+) -> Result:
+    """Replay ``scenario`` through ``allocate`` (the engine's by default) and report."""
+    return Replay(scenario, until=until, allocate=allocate, progress=progress).run()
