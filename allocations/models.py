@@ -422,3 +422,142 @@ class SimulatedJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.external_id} ({self.state})"
+
+
+# --- History: capacity samples and their rollups (dashboards, issue 6) ------------------------
+# Written only by services/history.py: one sample a minute, rolled up into hours and days.
+# Rollups hold sums of GPU-minutes (so an hour is exactly the sum of its minutes and a day the
+# sum of its hours) and ``minutes``, the count of samples summed; averages are sums / minutes.
+
+
+class HistoryPeriod(models.TextChoices):
+    HOUR = "hour", "Hour"
+    DAY = "day", "Day"
+
+
+class TeamUsageMinute(models.Model):
+    """One team on one instance type at one minute (accounting of POLICY.md section 2).
+
+    Preemptions count the team's jobs preempted in the minute before ``minute``, by reason.
+    Rows that would be all zeros are not written."""
+
+    minute = models.DateTimeField()
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.CASCADE, related_name="+")
+    quota = models.PositiveIntegerField(default=0)
+    used = models.PositiveIntegerField(default=0)
+    used_within_quota = models.PositiveIntegerField(default=0)
+    borrowed = models.PositiveIntegerField(default=0)
+    lent = models.FloatField(default=0, help_text="GPUs of its quota used by other teams")
+    idle_quota = models.FloatField(default=0)
+    pending_gpus = models.PositiveIntegerField(default=0)
+    running_jobs = models.PositiveIntegerField(default=0)
+    pending_jobs = models.PositiveIntegerField(default=0)
+    preempted_in_team = models.PositiveIntegerField(default=0)
+    preempted_reclaim = models.PositiveIntegerField(default=0)
+    preempted_reclaim_while_borrowing = models.PositiveIntegerField(default=0)
+    preempted_fair_share = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["minute", "team_id", "instance_type_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["minute", "team", "instance_type"], name="team_minute_unique"),
+        ]
+        indexes = [models.Index(fields=["team", "minute"], name="team_minute_team")]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.instance_type_id} at {self.minute:%Y-%m-%d %H:%M}"
+
+
+class CapacityMinute(models.Model):
+    """One instance type at one minute: ready capacity, allocated, idle, unallocated GPUs,
+    pending demand, and ``idle_while_waiting`` = min(idle, pending demand)."""
+
+    minute = models.DateTimeField()
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.CASCADE, related_name="+")
+    capacity = models.PositiveIntegerField(default=0)
+    allocated = models.PositiveIntegerField(default=0)
+    idle = models.PositiveIntegerField(default=0)
+    unallocated = models.PositiveIntegerField(default=0)
+    pending_gpus = models.PositiveIntegerField(default=0)
+    pending_jobs = models.PositiveIntegerField(default=0)
+    idle_while_waiting = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["minute", "instance_type_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["minute", "instance_type"], name="capacity_minute_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.instance_type_id} at {self.minute:%Y-%m-%d %H:%M}"
+
+
+class TeamUsageRollup(models.Model):
+    """Sums of a team's minutes on one instance type over an hour or a day (GPU-minutes)."""
+
+    period = models.CharField(max_length=4, choices=HistoryPeriod.choices)
+    start = models.DateTimeField()
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.CASCADE, related_name="+")
+    quota_gpu_minutes = models.BigIntegerField(default=0)
+    used_gpu_minutes = models.BigIntegerField(default=0)
+    used_within_quota_gpu_minutes = models.BigIntegerField(default=0)
+    borrowed_gpu_minutes = models.BigIntegerField(default=0)
+    lent_gpu_minutes = models.FloatField(default=0)
+    idle_quota_gpu_minutes = models.FloatField(default=0)
+    pending_gpu_minutes = models.BigIntegerField(default=0)
+    running_job_minutes = models.BigIntegerField(default=0)
+    pending_job_minutes = models.BigIntegerField(default=0)
+    peak_used = models.PositiveIntegerField(default=0)
+    peak_pending_gpus = models.PositiveIntegerField(default=0)
+    preempted_in_team = models.PositiveIntegerField(default=0)
+    preempted_reclaim = models.PositiveIntegerField(default=0)
+    preempted_reclaim_while_borrowing = models.PositiveIntegerField(default=0)
+    preempted_fair_share = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["period", "start", "team_id", "instance_type_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["period", "start", "team", "instance_type"], name="team_rollup_unique"
+            ),
+            models.CheckConstraint(condition=Q(period__in=HistoryPeriod.values), name="team_rollup_period"),
+        ]
+        indexes = [models.Index(fields=["period", "team", "start"], name="team_rollup_team")]
+
+    def __str__(self) -> str:
+        return f"{self.period} {self.start:%Y-%m-%d %H:%M} {self.team_id}/{self.instance_type_id}"
+
+
+class CapacityRollup(models.Model):
+    """Sums of an instance type's minutes over an hour or a day (GPU-minutes); ``minutes`` is
+    the number of minute samples summed, the denominator of every average of the period."""
+
+    period = models.CharField(max_length=4, choices=HistoryPeriod.choices)
+    start = models.DateTimeField()
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.CASCADE, related_name="+")
+    minutes = models.PositiveIntegerField(default=0)
+    capacity_gpu_minutes = models.BigIntegerField(default=0)
+    allocated_gpu_minutes = models.BigIntegerField(default=0)
+    idle_gpu_minutes = models.BigIntegerField(default=0)
+    unallocated_gpu_minutes = models.BigIntegerField(default=0)
+    pending_gpu_minutes = models.BigIntegerField(default=0)
+    pending_job_minutes = models.BigIntegerField(default=0)
+    idle_while_waiting_gpu_minutes = models.BigIntegerField(default=0)
+    peak_allocated = models.PositiveIntegerField(default=0)
+    peak_pending_gpus = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["period", "start", "instance_type_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["period", "start", "instance_type"], name="capacity_rollup_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(period__in=HistoryPeriod.values), name="capacity_rollup_period"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.period} {self.start:%Y-%m-%d %H:%M} {self.instance_type_id}"
