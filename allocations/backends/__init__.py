@@ -29,3 +29,6 @@ __all__ = [
     "get_backend",
     "register",
 ]
+
+# Each kind registers itself on import (base.register); keep this list additive.
+from allocations.backends import simulated  # noqa: F401

@@ -1,0 +1,268 @@
+"""The simulated backend (kind ``simulated``): a cluster held in gpugov's own database.
+
+It lets ``make run`` show a live cluster with no hardware, and it behaves like a real backend
+towards the allocation loop: it keeps its own record of every job it was asked to run
+(``SimulatedJob`` rows, separate from ``Job``), so the loop's sync compares two independent
+views exactly as it does with Slurm, and a crash between "the backend started it" and "the
+database says so" is repaired the same way.
+
+* Nodes are the ``Node`` rows: draining or returning a node in the console is what the cluster
+  reports. Optional random failures (``node_failure_rate`` per node per hour, seeded) take a
+  node down and fail the jobs on it; the node returns after ``node_repair_s``.
+* A job runs for its requested duration on the wall clock divided by ``speedup`` (60: a
+  requested hour lasts a minute), or ``default_duration_s`` when it asked for none.
+* ``available: false`` takes the simulated cluster offline: every call raises
+  :class:`TransientBackendError`, which is how the console's degraded mode is demonstrated.
+
+Unlike the other backends this one needs Django (its state is in the database); the ORM is
+imported inside the methods so that importing ``allocations.backends`` stays Django-free.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from allocations.backends.base import (
+    BackendJob,
+    BackendJobState,
+    BackendNode,
+    ClusterBackend,
+    JobSpec,
+    NodeState,
+    PermanentBackendError,
+    TransientBackendError,
+    register,
+)
+
+FAILURE_REASON = "simulated failure"
+# setting: (type, default, lowest allowed value)
+SETTINGS: dict[str, tuple[type, Any, float | None]] = {
+    "speedup": (float, 1.0, None),
+    "default_duration_s": (float, 3600.0, None),
+    "node_failure_rate": (float, 0.0, 0.0),
+    "node_repair_s": (float, 600.0, 0.0),
+    "seed": (int, 0, None),
+    "retention_s": (float, 86400.0, 0.0),
+}
+
+
+def _now() -> datetime:
+    from django.utils import timezone
+
+    return timezone.now()
+
+
+@register
+class SimulatedBackend(ClusterBackend):
+    """A cluster whose nodes are the Node rows and whose jobs are SimulatedJob rows."""
+
+    kind = "simulated"
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        """Validate the settings; each bad one is named with its value."""
+        super().__init__(settings)
+        if not isinstance(settings, Mapping):
+            raise PermanentBackendError(f"backend_settings must be an object, not {settings!r}")
+        for key, (kind, default, lowest) in SETTINGS.items():
+            value = settings.get(key, default)
+            is_number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not is_number or not math.isfinite(value) or (kind is int and not isinstance(value, int)):
+                what = "a whole number" if kind is int else "a number"
+                raise PermanentBackendError(f"backend_settings.{key} must be {what}, not {value!r}")
+            if lowest is not None and value < lowest:
+                raise PermanentBackendError(
+                    f"backend_settings.{key} must be at least {lowest}, not {value!r}"
+                )
+            setattr(self, key, kind(value))
+        if self.speedup <= 0:
+            raise PermanentBackendError(f"backend_settings.speedup must be above 0, not {self.speedup!r}")
+        if self.default_duration_s <= 0:
+            raise PermanentBackendError(
+                f"backend_settings.default_duration_s must be above 0, not {self.default_duration_s!r}"
+            )
+        available = settings.get("available", True)
+        if not isinstance(available, bool):
+            raise PermanentBackendError(
+                f"backend_settings.available must be true or false, not {available!r}"
+            )
+        self.available = available
+
+    # --- the cluster's own life: jobs end, nodes fail and return ---------------------------------
+
+    def _reachable(self) -> None:
+        if not self.available:
+            raise TransientBackendError(
+                "the simulated cluster is offline (backend_settings.available is false)"
+            )
+
+    def _advance(self, now: datetime) -> None:
+        """Move the simulated cluster to ``now``: finish jobs whose time is up, fail and repair
+        nodes, forget jobs that ended long ago. Idempotent for a given ``now``."""
+        from django.db.models import F
+
+        from allocations.models import Node, SimulatedJob
+
+        SimulatedJob.objects.filter(state="running", ends_at__lte=now).update(
+            state="finished", finished_at=F("ends_at"), exit_code=0
+        )
+        if self.node_failure_rate > 0:
+            self._fail_and_repair_nodes(now, Node, SimulatedJob)
+        SimulatedJob.objects.filter(
+            state__in=("finished", "failed", "cancelled"),
+            finished_at__lt=now - timedelta(seconds=self.retention_s),
+        ).delete()
+
+    def _fail_and_repair_nodes(self, now: datetime, node_model: Any, job_model: Any) -> None:
+        """Each ready node fails in a given minute with probability rate/60, decided by a
+        generator seeded with (seed, node, minute): the same seed gives the same failures."""
+        minute = int(now.timestamp() // 60)
+        probability = self.node_failure_rate / 60
+        for node in node_model.objects.filter(state="ready"):
+            if random.Random(f"{self.seed}:{node.name}:{minute}").random() < probability:
+                node.state, node.state_since, node.reason = "down", now, f"{FAILURE_REASON} at {now:%H:%M:%S}"
+                node.save(update_fields=["state", "state_since", "reason"])
+                for job in job_model.objects.filter(state="running"):
+                    if any(name == node.name for name, _ in job.nodes):
+                        job.state, job.finished_at, job.exit_code = "failed", now, 137
+                        job.reason = f"node {node.name} failed"
+                        job.save(update_fields=["state", "finished_at", "exit_code", "reason"])
+        node_model.objects.filter(
+            state="down",
+            reason__startswith=FAILURE_REASON,
+            state_since__lte=now - timedelta(seconds=self.node_repair_s),
+        ).update(state="ready", state_since=now, reason="")
+
+    # --- the contract -----------------------------------------------------------------------------
+
+    def list_nodes(self) -> list[BackendNode]:
+        from allocations.models import Node
+
+        self._reachable()
+        self._advance(_now())
+        return [
+            BackendNode(name=name, instance_type=type_name, gpus=gpus, state=NodeState(state), reason=reason)
+            for name, type_name, gpus, state, reason in Node.objects.order_by("name").values_list(
+                "name", "instance_type__name", "gpus", "state", "reason"
+            )
+        ]
+
+    def list_jobs(self) -> list[BackendJob]:
+        from allocations.models import SimulatedJob
+
+        self._reachable()
+        self._advance(_now())
+        return [
+            BackendJob(
+                job_id=row.job_id,
+                external_id=row.external_id,
+                state=BackendJobState(row.state),
+                nodes=tuple((str(name), int(gpus)) for name, gpus in row.nodes),
+                started_at=row.started_at.timestamp() if row.started_at else None,
+                finished_at=row.finished_at.timestamp() if row.finished_at else None,
+                exit_code=row.exit_code,
+                reason=row.reason,
+            )
+            for row in SimulatedJob.objects.order_by("id")
+        ]
+
+    def start(self, job: JobSpec, nodes: tuple[tuple[str, int], ...]) -> str:
+        """Run ``job`` on ``nodes``; a job already known is not started twice (a held one is
+        restarted on the given nodes)."""
+        from django.db import transaction
+
+        from allocations.models import Node, SimulatedJob
+
+        self._reachable()
+        now = _now()
+        with transaction.atomic():
+            known = SimulatedJob.objects.select_for_update().filter(job_id=job.job_id).first()
+            if known is not None and known.state != "pending":
+                return known.external_id
+            self._check_placement(job, nodes, Node, SimulatedJob)
+            duration = (job.duration_s or self.default_duration_s) / self.speedup
+            fields = {
+                "state": "running",
+                "nodes": [[name, gpus] for name, gpus in nodes],
+                "started_at": now,
+                "ends_at": now + timedelta(seconds=duration),
+                "duration_s": duration,
+                "finished_at": None,
+                "exit_code": None,
+                "reason": "",
+            }
+            if known is not None:
+                for key, value in fields.items():
+                    setattr(known, key, value)
+                known.save()
+                return known.external_id
+            created = SimulatedJob.objects.create(
+                job_id=job.job_id,
+                external_id=f"sim-{job.job_id}",
+                name=job.name,
+                team=job.team,
+                instance_type=job.instance_type,
+                gpus=job.gpus,
+                **fields,
+            )
+            return created.external_id
+
+    def _check_placement(
+        self, job: JobSpec, nodes: tuple[tuple[str, int], ...], node_model: Any, job_model: Any
+    ) -> None:
+        """Refuse a placement a real cluster would refuse, naming the node and the numbers."""
+        if not nodes:
+            raise PermanentBackendError(f"job {job.job_id}: nodes must not be empty")
+        total = sum(gpus for _, gpus in nodes)
+        if total != job.gpus:
+            raise PermanentBackendError(
+                f"job {job.job_id}: nodes hold {total} GPUs but the job asks for {job.gpus}"
+            )
+        known = {
+            row.name: row
+            for row in node_model.objects.select_related("instance_type").filter(
+                name__in=[name for name, _ in nodes]
+            )
+        }
+        used: dict[str, int] = defaultdict(int)
+        for row in job_model.objects.filter(state="running").exclude(job_id=job.job_id):
+            for name, gpus in row.nodes:
+                used[name] += gpus
+        for name, gpus in nodes:
+            node = known.get(name)
+            if node is None:
+                raise PermanentBackendError(f"job {job.job_id}: unknown node {name!r}")
+            if node.state != "ready":
+                raise PermanentBackendError(f"job {job.job_id}: node {name!r} is {node.state}, not ready")
+            if node.instance_type.name != job.instance_type:
+                raise PermanentBackendError(
+                    f"job {job.job_id}: node {name!r} is a {node.instance_type.name}, not a {job.instance_type}"
+                )
+            if gpus < 1 or used[name] + gpus > node.gpus:
+                raise PermanentBackendError(
+                    f"job {job.job_id}: node {name!r} has {node.gpus - used[name]} of {node.gpus} GPUs free, "
+                    f"{gpus} asked"
+                )
+
+    def preempt(self, job_id: str) -> None:
+        from allocations.models import SimulatedJob
+
+        self._reachable()
+        SimulatedJob.objects.filter(job_id=job_id, state="running").update(
+            state="pending", nodes=[], started_at=None, ends_at=None, reason="preempted"
+        )
+
+    def cancel(self, job_id: str) -> None:
+        from allocations.models import SimulatedJob
+
+        self._reachable()
+        SimulatedJob.objects.filter(job_id=job_id, state__in=("running", "pending")).update(
+            state="cancelled", nodes=[], finished_at=_now(), reason="cancelled"
+        )
+
+    def health(self) -> None:
+        self._reachable()

@@ -1,0 +1,464 @@
+"""The allocation loop: ONE service, ``run_allocation_cycle(*, trigger)`` (POLICY.md section 3).
+
+A cycle: (1) take the cycle lock, (2) sync the database with what the backend really runs,
+(3) take a snapshot, (4) ask the engine for a plan, (5) apply it through the backend, (6) record
+pending reasons and a CycleRun row.
+
+Crash safety rests on one rule: the backend is told first, the database second, and every
+cycle starts by comparing the two. A worker killed between ``backend.start`` and the database
+commit leaves a job the backend runs and the database has as pending; the next cycle's sync
+adopts it (and records a correction). A worker killed after ``backend.preempt`` leaves a job
+the database has as running and the backend holds as pending; the next sync requeues it.
+``start``, ``preempt`` and ``cancel`` are idempotent (base.py), so repeating one is harmless.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from allocations import engine
+from allocations.backends import (
+    BackendError,
+    BackendJob,
+    BackendJobState,
+    ClusterBackend,
+    JobSpec,
+    PermanentBackendError,
+    TransientBackendError,
+    get_backend,
+)
+from allocations.choices import JobEventKind, JobState
+from allocations.models import Cluster, CycleRun, InstanceType, Job, JobEvent, Node
+from allocations.selectors.snapshot import build_snapshot, job_id, job_pk
+
+log = logging.getLogger(__name__)
+
+# Arbitrary but fixed: the PostgreSQL advisory lock key of the allocation cycle ("gpugov" in hex).
+ADVISORY_LOCK_KEY = 0x6770_7567_6F76
+# Test hook for the crash-safety test: sleep this many seconds after the backend calls of
+# phase 5 and before the database commit, so that a test can SIGKILL the worker right there.
+PAUSE_BEFORE_APPLY_COMMIT_ENV = "GPUGOV_LOOP_PAUSE_BEFORE_APPLY_COMMIT"
+ENDED = {
+    BackendJobState.FINISHED: (JobState.FINISHED, JobEventKind.FINISHED),
+    BackendJobState.FAILED: (JobState.FAILED, JobEventKind.FAILED),
+    BackendJobState.CANCELLED: (JobState.CANCELLED, JobEventKind.CANCELLED),
+}
+
+
+# --- (1) the cycle lock --------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def cycle_lock() -> Iterator[bool]:
+    """Yield whether this worker holds the cycle lock; never waits for it.
+
+    PostgreSQL: a session advisory lock, so one cycle runs at a time across every worker on every
+    machine, and a killed worker's lock goes with its connection. SQLite (one machine by nature):
+    an exclusive ``flock`` on a file beside the database, which the kernel releases when the
+    process dies; separate ``open()`` calls conflict even between threads of one process.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [ADVISORY_LOCK_KEY])
+            acquired = bool(cursor.fetchone()[0])
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(%s)", [ADVISORY_LOCK_KEY])
+        return
+    database = str(connection.settings_dict["NAME"])
+    digest = hashlib.sha256(database.encode()).hexdigest()[:16]
+    path = settings.VAR_DIR / f"allocation-cycle-{digest}.lock"
+    with open(path, "a+b") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# --- the cycle's bookkeeping ---------------------------------------------------------------------
+
+
+@dataclass
+class _Changes:
+    """Job rows touched by this cycle and the events to append, written in one transaction."""
+
+    jobs: dict[int, Job] = field(default_factory=dict)
+    fields: set[str] = field(default_factory=set)
+    events: list[JobEvent] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    corrections: int = 0
+    ended: int = 0
+
+    def touch(self, job: Job, *names: str) -> None:
+        self.jobs[job.pk] = job
+        self.fields.update(names)
+
+    def event(self, job: Job, kind: str, at: datetime, **fields: object) -> None:
+        self.events.append(JobEvent(job=job, kind=kind, at=at, **fields))
+
+    def correct(self, note: str) -> None:
+        self.corrections += 1
+        self.notes.append(note)
+        log.warning("allocation cycle correction: %s", note)
+
+    def save(self) -> None:
+        """Write every touched job and every event: a constant number of statements."""
+        if self.jobs:
+            Job.objects.bulk_update(list(self.jobs.values()), sorted(self.fields), batch_size=1000)
+        if self.events:
+            JobEvent.objects.bulk_create(self.events, batch_size=1000)
+        self.jobs, self.fields, self.events = {}, set(), []
+
+
+def _moment(seconds: float | None, default: datetime) -> datetime:
+    return default if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def _requeue(changes: _Changes, job: Job, now: datetime, reason: str, message: str) -> None:
+    """Back to pending, keeping its submit time (POLICY.md section 4), with a requeued event."""
+    job.state, job.nodes, job.started_at = JobState.PENDING, [], None
+    changes.touch(job, "state", "nodes", "started_at")
+    changes.event(job, JobEventKind.REQUEUED, now, reason=reason, message=message[:500])
+
+
+def _run(
+    job: Job, changes: _Changes, nodes: list[list[object]], started_at: datetime, start_seq: int
+) -> None:
+    job.state, job.nodes, job.started_at, job.start_seq = JobState.RUNNING, nodes, started_at, start_seq
+    job.pending_reason_code = job.pending_reason_message = ""
+    changes.touch(
+        job, "state", "nodes", "started_at", "start_seq", "pending_reason_code", "pending_reason_message"
+    )
+
+
+def _end(job: Job, changes: _Changes, seen: BackendJob, now: datetime) -> None:
+    state, kind = ENDED[seen.state]
+    at = _moment(seen.finished_at, now)
+    nodes = job.nodes or [list(pair) for pair in seen.nodes]
+    message = (
+        seen.reason if seen.exit_code in (None, 0) else f"exit code {seen.exit_code}; {seen.reason}".strip()
+    )
+    job.state, job.finished_at, job.nodes = state, at, []
+    changes.touch(job, "state", "finished_at", "nodes")
+    changes.event(job, kind, at, nodes=nodes, message=message.strip("; ")[:500])
+    changes.ended += 1
+
+
+# --- (2) sync ------------------------------------------------------------------------------------
+
+
+def _sync_nodes(backend: ClusterBackend, now: datetime, changes: _Changes) -> None:
+    """Make the Node rows what the backend reports: new nodes added, vanished ones removed,
+    states and sizes updated. Capacity follows, since the snapshot counts ready Node rows."""
+    reported = {node.name: node for node in backend.list_nodes()}
+    types = {row.name: row for row in InstanceType.objects.all()}
+    rows = {row.name: row for row in Node.objects.select_related("instance_type")}
+    for name in rows.keys() - reported.keys():
+        changes.notes.append(f"node {name} is no longer reported by the backend: removed")
+    Node.objects.filter(name__in=rows.keys() - reported.keys()).delete()
+    updated, created = [], []
+    for name, seen in reported.items():
+        instance_type = types.get(seen.instance_type)
+        if instance_type is None:
+            instance_type = InstanceType.objects.create(name=seen.instance_type, gpus_per_node=seen.gpus)
+            types[seen.instance_type] = instance_type
+            changes.notes.append(f"instance type {seen.instance_type} added ({seen.gpus} GPUs a node)")
+        row = rows.get(name)
+        if row is None:
+            created.append(
+                Node(
+                    name=name,
+                    instance_type=instance_type,
+                    gpus=seen.gpus,
+                    state=seen.state,
+                    state_since=now,
+                    reason=seen.reason[:200],
+                )
+            )
+            changes.notes.append(f"node {name} added ({seen.gpus} GPUs, {seen.state})")
+            continue
+        if (row.state, row.gpus, row.reason, row.instance_type_id) != (
+            seen.state,
+            seen.gpus,
+            seen.reason[:200],
+            instance_type.pk,
+        ):
+            if row.state != seen.state:
+                row.state_since = now
+                changes.notes.append(f"node {name}: {row.state} -> {seen.state} {seen.reason}".strip())
+            row.state, row.gpus, row.reason, row.instance_type = (
+                seen.state,
+                seen.gpus,
+                seen.reason[:200],
+                instance_type,
+            )
+            updated.append(row)
+    if created:
+        Node.objects.bulk_create(created)
+    if updated:
+        Node.objects.bulk_update(updated, ["state", "state_since", "gpus", "reason", "instance_type"])
+
+
+def _sync_jobs(backend: ClusterBackend, now: datetime, changes: _Changes, start_seq: Iterator[int]) -> None:
+    """Make the Job rows agree with what the backend runs (see the module docstring)."""
+    reported: dict[int, BackendJob] = {}
+    for seen in backend.list_jobs():
+        try:
+            reported[job_pk(seen.job_id)] = seen
+        except ValueError:  # not one of ours: a backend reports only jobs gpugov started
+            changes.notes.append(f"backend job {seen.job_id!r} ({seen.external_id}) is not a gpugov job id")
+    jobs = {job.pk: job for job in Job.objects.filter(Q(state=JobState.RUNNING) | Q(pk__in=list(reported)))}
+    for pk, seen in reported.items():
+        job = jobs.get(pk)
+        alive = seen.state in (BackendJobState.RUNNING, BackendJobState.PENDING)
+        if job is None:
+            if alive:
+                backend.cancel(seen.job_id)
+                changes.correct(f"backend job {seen.job_id} has no job in the database: cancelled it")
+            continue
+        if job.state == JobState.RUNNING:
+            if seen.state == BackendJobState.RUNNING:
+                nodes = [list(pair) for pair in seen.nodes]
+                if seen.nodes and [tuple(pair) for pair in job.nodes] != list(seen.nodes):
+                    changes.correct(f"job {pk} runs on {nodes}, not on {job.nodes}: nodes updated")
+                    job.nodes = nodes
+                    changes.touch(job, "nodes")
+                if seen.external_id and job.external_id != seen.external_id:
+                    job.external_id = seen.external_id
+                    changes.touch(job, "external_id")
+            elif seen.state == BackendJobState.PENDING:
+                _requeue(changes, job, now, "lost", "the backend holds it as pending")
+                changes.correct(f"job {pk} is held as pending by the backend: requeued")
+            else:
+                _end(job, changes, seen, now)
+        elif job.state == JobState.PENDING:
+            if seen.state == BackendJobState.RUNNING:
+                # Started by a cycle that died before its database commit: adopt it.
+                started = _moment(seen.started_at, now)
+                nodes = [list(pair) for pair in seen.nodes]
+                _run(job, changes, nodes, started, next(start_seq))
+                job.external_id = seen.external_id
+                changes.touch(job, "external_id")
+                changes.event(
+                    job, JobEventKind.STARTED, started, nodes=nodes, message="adopted: the backend runs it"
+                )
+                changes.correct(f"job {pk} runs in the backend but was pending: adopted as running")
+            elif seen.state in ENDED:
+                # It ran and ended between a lost commit and this sync: account for both.
+                started = _moment(seen.started_at, now)
+                changes.event(job, JobEventKind.STARTED, started, nodes=[list(p) for p in seen.nodes])
+                _end(job, changes, seen, now)
+                changes.correct(f"job {pk} ran and {seen.state} in the backend while pending here")
+        elif alive:
+            # Cancelled (or otherwise ended) here but still alive there: stop it for good.
+            backend.cancel(seen.job_id)
+            if job.state != JobState.CANCELLED:
+                changes.correct(f"job {pk} is {job.state} but the backend still had it: cancelled there")
+            else:
+                changes.notes.append(f"job {pk} was cancelled: stopped in the backend")
+    for pk, job in jobs.items():
+        if job.state == JobState.RUNNING and pk not in reported:
+            _requeue(changes, job, now, "lost", "the backend does not know it")
+            changes.correct(f"job {pk} was running but the backend does not know it: requeued")
+
+
+# --- (5) apply -----------------------------------------------------------------------------------
+
+
+def _spec(job: Job) -> JobSpec:
+    return JobSpec(
+        job_id=job_id(job.pk),
+        team=job.team.name,
+        name=job.name,
+        instance_type=job.instance_type.name,
+        gpus=job.gpus,
+        command=job.command,
+        image=job.image,
+        duration_s=job.requested_duration,
+    )
+
+
+def _apply(
+    backend: ClusterBackend, plan: engine.Plan, now: datetime, changes: _Changes, start_seq: Iterator[int]
+) -> tuple[int, int, list[str]]:
+    """Preemptions first, then starts, each through the backend and then onto the rows.
+
+    A permanent error on one job is recorded and the job stays as it was; a transient one stops
+    the phase (what the backend already did is still written, so nothing is lost).
+    """
+    errors: list[str] = []
+    wanted = {job_pk(p.job_id) for p in plan.preemptions} | {job_pk(s.job_id) for s in plan.starts}
+    jobs = {job.pk: job for job in Job.objects.filter(pk__in=wanted).select_related("team", "instance_type")}
+    preempted = started = 0
+    for preemption in plan.preemptions:
+        job = jobs[job_pk(preemption.job_id)]
+        try:
+            backend.preempt(preemption.job_id)
+        except PermanentBackendError as exc:
+            errors.append(f"preempt job {preemption.job_id}: {exc}")
+            continue
+        preemptor = jobs.get(job_pk(preemption.preemptor))
+        job.preemption_count += 1
+        job.last_preempted_at = now
+        changes.touch(job, "preemption_count", "last_preempted_at")
+        message = f"preempted by job {preemption.preemptor} ({preemption.reason})"
+        changes.event(
+            job,
+            JobEventKind.PREEMPTED,
+            now,
+            nodes=job.nodes,
+            reason=preemption.reason,
+            preemptor=preemptor,
+            message=message,
+        )
+        _requeue(changes, job, now, preemption.reason, message)
+        preempted += 1
+    for start in plan.starts:
+        job = jobs[job_pk(start.job_id)]
+        nodes = [[name, gpus] for name, gpus in start.nodes]
+        try:
+            external_id = backend.start(_spec(job), start.nodes)
+        except PermanentBackendError as exc:
+            errors.append(f"start job {start.job_id}: {exc}")
+            continue
+        _run(job, changes, nodes, now, next(start_seq))
+        job.external_id = external_id
+        changes.touch(job, "external_id")
+        changes.event(job, JobEventKind.STARTED, now, nodes=nodes)
+        started += 1
+    pause = os.environ.get(PAUSE_BEFORE_APPLY_COMMIT_ENV)
+    if pause:
+        time.sleep(float(pause))
+    return preempted, started, errors
+
+
+# --- (6) record ----------------------------------------------------------------------------------
+
+
+def _record_pending_reasons(plan: engine.Plan) -> int:
+    """Write the reason of every job left pending, only where it changed (one SELECT and one
+    UPDATE per thousand changed rows, however many jobs are pending)."""
+    current = Job.objects.filter(state=JobState.PENDING).values_list(
+        "pk", "pending_reason_code", "pending_reason_message"
+    )
+    changed = []
+    for pk, code, message in current:
+        reason = plan.pending.get(job_id(pk))
+        if reason is None:
+            continue
+        text = reason.message[:500]
+        if (code, message) != (reason.code.value, text):
+            changed.append(Job(pk=pk, pending_reason_code=reason.code.value, pending_reason_message=text))
+    if changed:
+        Job.objects.bulk_update(changed, ["pending_reason_code", "pending_reason_message"], batch_size=1000)
+    return len(plan.pending)
+
+
+def _mark_backend(healthy: bool, error: str, now: datetime) -> None:
+    Cluster.objects.filter(pk=1).update(
+        backend_healthy=healthy, backend_error=error[:2000], backend_checked_at=now
+    )
+
+
+def _start_seq(now: datetime) -> Iterator[int]:
+    """Start order numbers that grow across cycles without a query: microseconds of ``now``
+    plus the position in this cycle (POLICY.md 4: the larger started later)."""
+    base = int(now.timestamp() * 1_000_000)
+    return iter(range(base, base + 10_000_000))
+
+
+def run_allocation_cycle(*, trigger: str) -> CycleRun | None:
+    """Run one allocation cycle; None when another worker is running one (or no cluster exists).
+
+    A backend outage (TransientBackendError) stops the cycle, marks the cluster degraded and is
+    recorded on the CycleRun (``backend_outage``); no job is marked failed because of it. The
+    Celery task backs off while the outage lasts.
+    """
+    # (1) Take the lock: one cycle at a time across every worker and machine.
+    with cycle_lock() as acquired:
+        if not acquired:
+            log.info("allocation cycle (%s) skipped: another worker is running one", trigger)
+            return None
+        cluster = Cluster.objects.filter(pk=1).first()
+        if cluster is None:
+            log.info("allocation cycle (%s) skipped: no cluster is configured", trigger)
+            return None
+        return _locked_cycle(cluster, trigger)
+
+
+def _locked_cycle(cluster: Cluster, trigger: str) -> CycleRun:
+    now = timezone.now()
+    run = CycleRun(started_at=now, trigger=trigger[:32])
+    changes = _Changes()
+    start_seq = _start_seq(now)
+    errors: list[str] = []
+    phase_started = time.perf_counter()
+
+    def lap() -> float:
+        nonlocal phase_started
+        elapsed, phase_started = (time.perf_counter() - phase_started) * 1000, time.perf_counter()
+        return elapsed
+
+    try:
+        backend = get_backend(cluster.backend_kind, cluster.backend_settings)
+        # (2) Sync from the backend: nodes, then jobs; corrections recorded on the run.
+        _sync_nodes(backend, now, changes)
+        _sync_jobs(backend, now, changes, start_seq)
+        with transaction.atomic():
+            changes.save()
+        run.sync_ms = lap()
+        # (3) Snapshot of the database, now that it agrees with the backend.
+        snapshot = build_snapshot(now)
+        run.snapshot_ms = lap()
+        # (4) The engine decides.
+        plan = engine.allocate(snapshot, now.timestamp())
+        run.engine_ms = lap()
+        # (5) Apply the plan through the backend, then write it (see _apply for the order).
+        try:
+            run.preempted, run.started, apply_errors = _apply(backend, plan, now, changes, start_seq)
+            errors.extend(apply_errors)
+        finally:
+            with transaction.atomic():
+                changes.save()
+        run.apply_ms = lap()
+        # (6) Record pending reasons and the run.
+        run.pending = _record_pending_reasons(plan)
+        run.ok = not errors
+        if not cluster.backend_healthy or cluster.backend_error:
+            _mark_backend(True, "", now)
+        else:
+            Cluster.objects.filter(pk=1).update(backend_checked_at=now)
+    except TransientBackendError as exc:
+        run.backend_outage = True
+        errors.append(f"backend unreachable: {exc}")
+        _mark_backend(False, f"{cluster.backend_kind} backend unreachable: {exc}", now)
+    except BackendError as exc:
+        errors.append(f"backend error: {exc}")
+        _mark_backend(False, f"{cluster.backend_kind} backend: {exc}", now)
+    run.record_ms = lap()
+    run.ended, run.corrections, run.notes = changes.ended, changes.corrections, changes.notes[:200]
+    run.errors = "\n".join(errors)
+    run.finished_at = timezone.now()
+    run.save()
+    return run
