@@ -1,0 +1,174 @@
+"""The simulated backend keeps the backend contract (backends/base.py) on a database cluster."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from allocations.backends import (
+    BackendJobState,
+    JobSpec,
+    NodeState,
+    PermanentBackendError,
+    TransientBackendError,
+    get_backend,
+)
+from allocations.models import Node, SimulatedJob
+from tests import factories as f
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def cluster_nodes() -> list[Node]:
+    f.make_cluster()
+    return f.make_nodes(f.make_instance_type("ml.p5.48xlarge", 8), 2, prefix="sim")
+
+
+def spec(job_id: str = "1", gpus: int = 4, duration_s: int | None = 3600) -> JobSpec:
+    return JobSpec(
+        job_id=job_id,
+        team="team-a",
+        name="train",
+        instance_type="ml.p5.48xlarge",
+        gpus=gpus,
+        duration_s=duration_s,
+    )
+
+
+def test_lists_the_node_rows_with_their_state(cluster_nodes: list[Node]) -> None:
+    Node.objects.filter(pk=cluster_nodes[1].pk).update(state="draining", reason="maintenance")
+    nodes = get_backend("simulated", {}).list_nodes()
+    assert [(n.name, n.instance_type, n.gpus, n.state, n.reason) for n in nodes] == [
+        (cluster_nodes[0].name, "ml.p5.48xlarge", 8, NodeState.READY, ""),
+        (cluster_nodes[1].name, "ml.p5.48xlarge", 8, NodeState.DRAINING, "maintenance"),
+    ]
+
+
+def test_start_is_idempotent_by_job_id(cluster_nodes: list[Node]) -> None:
+    backend = get_backend("simulated", {})
+    node = cluster_nodes[0].name
+    first = backend.start(spec(), ((node, 4),))
+    again = backend.start(spec(), ((node, 4),))
+    assert first == again == "sim-1"
+    (job,) = backend.list_jobs()
+    assert (job.job_id, job.state, job.nodes) == ("1", BackendJobState.RUNNING, ((node, 4),))
+    assert SimulatedJob.objects.count() == 1
+
+
+def test_runs_for_the_requested_duration_divided_by_the_speedup(cluster_nodes: list[Node]) -> None:
+    backend = get_backend("simulated", {"speedup": 60})
+    backend.start(spec(duration_s=3600), ((cluster_nodes[0].name, 4),))
+    row = SimulatedJob.objects.get()
+    assert row.ends_at - row.started_at == timedelta(seconds=60)
+    # The simulated clock is the wall clock: move the job's end into the past instead of waiting.
+    SimulatedJob.objects.update(
+        started_at=timezone.now() - timedelta(seconds=61), ends_at=timezone.now() - timedelta(seconds=1)
+    )
+    (job,) = backend.list_jobs()
+    assert job.state == BackendJobState.FINISHED
+    assert job.exit_code == 0
+    assert job.finished_at is not None and job.started_at is not None and job.finished_at > job.started_at
+
+
+def test_preempted_job_is_held_until_started_again(cluster_nodes: list[Node]) -> None:
+    backend = get_backend("simulated", {})
+    a, b = (n.name for n in cluster_nodes)
+    backend.start(spec(), ((a, 4),))
+    backend.preempt("1")
+    backend.preempt("1")  # idempotent
+    (job,) = backend.list_jobs()
+    assert (job.state, job.nodes) == (BackendJobState.PENDING, ())
+    assert backend.start(spec(), ((b, 4),)) == "sim-1"
+    (job,) = backend.list_jobs()
+    assert (job.state, job.nodes) == (BackendJobState.RUNNING, ((b, 4),))
+
+
+def test_cancel_is_idempotent_and_ignores_unknown_jobs(cluster_nodes: list[Node]) -> None:
+    backend = get_backend("simulated", {})
+    backend.start(spec(), ((cluster_nodes[0].name, 4),))
+    backend.cancel("1")
+    backend.cancel("1")
+    backend.cancel("404")
+    (job,) = backend.list_jobs()
+    assert job.state == BackendJobState.CANCELLED
+    # A cancelled job is not started again by a repeated start.
+    backend.start(spec(), ((cluster_nodes[0].name, 4),))
+    assert backend.list_jobs()[0].state == BackendJobState.CANCELLED
+
+
+@pytest.mark.parametrize(
+    ("nodes", "gpus", "message"),
+    [
+        ((("nowhere", 4),), 4, "unknown node 'nowhere'"),
+        ((("{a}", 4),), 8, "nodes hold 4 GPUs but the job asks for 8"),
+        ((("{a}", 12),), 12, "has 8 of 8 GPUs free, 12 asked"),
+        ((), 4, "nodes must not be empty"),
+    ],
+)
+def test_refuses_impossible_placements_naming_node_and_numbers(
+    cluster_nodes: list[Node], nodes: tuple[tuple[str, int], ...], gpus: int, message: str
+) -> None:
+    a = cluster_nodes[0].name
+    placement = tuple((name.format(a=a), g) for name, g in nodes)
+    with pytest.raises(PermanentBackendError, match=message):
+        get_backend("simulated", {}).start(spec(gpus=gpus), placement)
+    assert not SimulatedJob.objects.exists()
+
+
+def test_refuses_a_node_that_is_full_or_not_ready(cluster_nodes: list[Node]) -> None:
+    backend = get_backend("simulated", {})
+    a, b = (n.name for n in cluster_nodes)
+    backend.start(spec("1", gpus=6), ((a, 6),))
+    with pytest.raises(PermanentBackendError, match=f"node '{a}' has 2 of 8 GPUs free, 4 asked"):
+        backend.start(spec("2", gpus=4), ((a, 4),))
+    Node.objects.filter(name=b).update(state="draining")
+    with pytest.raises(PermanentBackendError, match=f"node '{b}' is draining, not ready"):
+        backend.start(spec("2", gpus=4), ((b, 4),))
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"speedup": "fast"}, "backend_settings.speedup must be a number, not 'fast'"),
+        ({"speedup": 0}, "backend_settings.speedup must be above 0, not 0.0"),
+        ({"node_failure_rate": -1}, "backend_settings.node_failure_rate must be at least 0.0, not -1"),
+        ({"seed": 1.5}, "backend_settings.seed must be a whole number, not 1.5"),
+        ({"available": "no"}, "backend_settings.available must be true or false, not 'no'"),
+    ],
+)
+def test_bad_settings_are_named_with_their_value(settings: dict[str, object], message: str) -> None:
+    with pytest.raises(PermanentBackendError, match=message):
+        get_backend("simulated", settings)
+
+
+def test_an_offline_simulated_cluster_is_a_transient_error(cluster_nodes: list[Node]) -> None:
+    backend = get_backend("simulated", {"available": False})
+    for call in (backend.list_nodes, backend.list_jobs, backend.health, lambda: backend.preempt("1")):
+        with pytest.raises(TransientBackendError, match="offline"):
+            call()
+
+
+def test_node_failures_are_seeded_fail_the_jobs_on_the_node_and_are_repaired(
+    cluster_nodes: list[Node],
+) -> None:
+    # 60 failures per node per hour: every node fails in the current minute, whatever the seed.
+    backend = get_backend("simulated", {"node_failure_rate": 60, "node_repair_s": 600, "seed": 7})
+    get_backend("simulated", {}).start(spec(), ((cluster_nodes[0].name, 4),))
+    nodes = backend.list_nodes()
+    assert {n.state for n in nodes} == {NodeState.DOWN}
+    assert all(n.reason.startswith("simulated failure") for n in nodes)
+    (job,) = backend.list_jobs()
+    assert (job.state, job.reason) == (BackendJobState.FAILED, f"node {cluster_nodes[0].name} failed")
+    # Repaired after node_repair_s (moved into the past rather than waited for).
+    Node.objects.update(state_since=timezone.now() - timedelta(seconds=601))
+    calm = get_backend("simulated", {"node_failure_rate": 0, "node_repair_s": 600})
+    calm._fail_and_repair_nodes(timezone.now(), Node, SimulatedJob)
+    assert set(Node.objects.values_list("state", flat=True)) == {"ready"}
+
+
+def test_no_failures_when_the_rate_is_zero(cluster_nodes: list[Node]) -> None:
+    backend = get_backend("simulated", {"seed": 7})
+    assert {n.state for n in backend.list_nodes()} == {NodeState.READY}
