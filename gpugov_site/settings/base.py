@@ -145,6 +145,11 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # Seconds between allocation cycles (the loop also runs soon after any change).
 ALLOCATION_INTERVAL = env_int("ALLOCATION_INTERVAL", 5)
 
+# Capacity history (services/history.py): days kept of minute samples and of hour/day rollups.
+HISTORY_MINUTE_DAYS = env_int("HISTORY_MINUTE_DAYS", 14)
+HISTORY_HOUR_DAYS = env_int("HISTORY_HOUR_DAYS", 400)
+HISTORY_DAY_DAYS = env_int("HISTORY_DAY_DAYS", 3650)
+
 # --- Auth, i18n, static ---------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
