@@ -31,4 +31,7 @@ __all__ = [
 ]
 
 # Each kind registers itself on import (base.register); keep this list additive.
-from allocations.backends import simulated  # noqa: F401
+from allocations.backends import (
+    simulated,  # noqa: F401
+    slurm,  # noqa: F401
+)

@@ -1,0 +1,716 @@
+"""The Slurm backend (kind ``slurm``): gpugov decides, Slurm executes (docs/slurm.md).
+
+gpugov's engine chooses which job runs and on which nodes; this module makes Slurm 22.05 (and
+later) do exactly that through its commands:
+
+* ``start``: ``sbatch -H`` (held) pinned to the chosen nodes (``--nodelist``, ``-N``,
+  ``--gres=gpu:<per node>``) under the name ``<job_name_prefix><job_id>``, then
+  ``scontrol release``. Submitting held first means a crash between the two leaves a held job
+  that the next ``start`` finds, instead of a job that Slurm might place on its own.
+* ``preempt``: ``scontrol requeuehold`` (``hold`` for a job not yet running): the job goes back
+  to pending with priority 0, so Slurm never restarts it by itself.
+* a later ``start`` of a preempted job submits a fresh copy on the new nodes and cancels the
+  held one. A fresh copy starts at once, whereas Slurm delays a requeued job by
+  ``cred_expire + 1`` seconds (121 s by default).
+* ``cancel``: ``scancel`` of every live copy.
+* ``list_nodes`` / ``list_jobs``: ``sinfo --json`` / ``squeue --json`` (in 22.05 ``--json``
+  ignores filters, so this module filters gpugov's jobs by name itself).
+
+A command that cannot reach slurmctld (connection refused, timeout, munge down) raises
+:class:`TransientBackendError`; a request Slurm refuses raises :class:`PermanentBackendError`
+quoting Slurm's message.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from allocations.backends.base import (
+    BackendJob,
+    BackendJobState,
+    BackendNode,
+    ClusterBackend,
+    JobSpec,
+    NodeState,
+    PermanentBackendError,
+    TransientBackendError,
+    register,
+)
+
+# Messages of Slurm's commands (and of ssh/munge in front of them) that mean "slurmctld could
+# not be reached", as opposed to "slurmctld refused the request".
+TRANSIENT_MESSAGES = (
+    "unable to contact slurm controller",
+    "connect failure",
+    "connection refused",
+    "socket timed out",
+    "timed out",
+    "zero bytes were transmitted",
+    "communication connection failure",
+    "transport endpoint is not connected",
+    "unexpected message received",
+    "slurm backup controller in standby",
+    "munge",
+    "could not resolve hostname",
+    "no route to host",
+)
+
+# Slurm job states (``squeue``'s JOB_STATE) -> what gpugov sees.
+JOB_STATES: dict[str, BackendJobState] = {
+    "PENDING": BackendJobState.PENDING,
+    "REQUEUED": BackendJobState.PENDING,
+    "REQUEUE_HOLD": BackendJobState.PENDING,
+    "REQUEUE_FED": BackendJobState.PENDING,
+    # These hold their nodes: gpugov must count them as running.
+    "RUNNING": BackendJobState.RUNNING,
+    "CONFIGURING": BackendJobState.RUNNING,
+    "COMPLETING": BackendJobState.RUNNING,
+    "SUSPENDED": BackendJobState.RUNNING,
+    "RESIZING": BackendJobState.RUNNING,
+    "SIGNALING": BackendJobState.RUNNING,
+    "STAGE_OUT": BackendJobState.RUNNING,
+    "STOPPED": BackendJobState.RUNNING,
+    "COMPLETED": BackendJobState.FINISHED,
+    "FAILED": BackendJobState.FAILED,
+    "TIMEOUT": BackendJobState.FAILED,
+    "NODE_FAIL": BackendJobState.FAILED,
+    "OUT_OF_MEMORY": BackendJobState.FAILED,
+    "BOOT_FAIL": BackendJobState.FAILED,
+    "DEADLINE": BackendJobState.FAILED,
+    "SPECIAL_EXIT": BackendJobState.FAILED,
+    # Slurm's own preemption in CANCEL mode ends the job; gpugov did not ask for it.
+    "PREEMPTED": BackendJobState.FAILED,
+    "CANCELLED": BackendJobState.CANCELLED,
+    "REVOKED": BackendJobState.CANCELLED,
+}
+LIVE_STATES = frozenset({BackendJobState.PENDING, BackendJobState.RUNNING})
+
+# Node state words (``sinfo``'s base state and flags, any case, ``*``/``~``/``#`` suffixes
+# stripped) that make a node unusable, or being emptied.
+NODE_DOWN_WORDS = frozenset(
+    {
+        "DOWN",
+        "FAIL",
+        "FAILING",
+        "NOT_RESPONDING",
+        "NO_RESPOND",
+        "INVAL",
+        "INVALID",
+        "INVALID_REG",
+        "UNKNOWN",
+        "FUTURE",
+        "POWERED_DOWN",
+        "POWER_DOWN",
+        "POWERING_DOWN",
+        "POWERING_UP",
+        "REBOOT_ISSUED",
+        "REBOOT_REQUESTED",
+        "CLOUD",
+    }
+)
+NODE_DRAIN_WORDS = frozenset({"DRAIN", "DRAINING", "DRAINED"})
+NODE_READY_WORDS = frozenset({"IDLE", "MIXED", "ALLOCATED", "ALLOC", "MIX", "COMPLETING", "PLANNED"})
+
+SETTINGS_DEFAULTS: dict[str, Any] = {
+    "bin_dir": "",
+    "command_prefix": [],
+    "timeout_s": 30,
+    "job_name_prefix": "gpugov-",
+    "partition": "",
+    "account": "",
+    "teams": {},
+    "partitions": [],
+    "node_instance_types": {},
+    "instance_type_feature_prefix": "ml.",
+    "workdir": "/tmp",
+    "output": "%x-%j.out",
+    "extra_sbatch_args": [],
+}
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmJob:
+    """One Slurm job (one copy of a gpugov job), as read from ``squeue --json``."""
+
+    slurm_id: str
+    name: str
+    state: str
+    reason: str
+    nodes: tuple[str, ...]
+    gpus_per_node: int
+    held: bool
+    restarts: int
+    start_time: float | None
+    end_time: float | None
+    exit_status: int | None
+
+
+# --- parsers (pure functions of Slurm's output; unit-tested on captured output) -------------
+
+
+def expand_hostlist(expression: str) -> list[str]:
+    """Expand a Slurm hostlist (``node[1-3,7],gpu-a[01-02]``) like ``scontrol show hostnames``.
+
+    Ranges keep their zero padding; several bracket groups in one name expand as a product.
+    Raises ValueError naming the expression when it is malformed.
+    """
+    expression = expression.strip()
+    if not expression or expression == "(null)":
+        return []
+    names: list[str] = []
+    for item in _split_top_level(expression):
+        parts = re.split(r"(\[[^\]]*\])", item)
+        choices: list[list[str]] = []
+        for part in parts:
+            if part.startswith("["):
+                choices.append(_expand_ranges(part[1:-1], expression))
+            elif "[" in part or "]" in part:
+                raise ValueError(f"malformed hostlist {expression!r}")
+            else:
+                choices.append([part])
+        names.extend("".join(combo) for combo in itertools.product(*choices))
+    return names
+
+
+def _split_top_level(expression: str) -> list[str]:
+    """Split on the commas that are outside brackets."""
+    items, depth, start = [], 0, 0
+    for i, char in enumerate(expression):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError(f"malformed hostlist {expression!r}")
+        elif char == "," and depth == 0:
+            items.append(expression[start:i])
+            start = i + 1
+    if depth != 0:
+        raise ValueError(f"malformed hostlist {expression!r}")
+    items.append(expression[start:])
+    return [item for item in items if item]
+
+
+def _expand_ranges(ranges: str, expression: str) -> list[str]:
+    values: list[str] = []
+    for piece in ranges.split(","):
+        low, _, high = piece.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            raise ValueError(f"malformed range {piece!r} in hostlist {expression!r}")
+        if not high:
+            values.append(low)
+            continue
+        width = len(low) if low.startswith("0") else 0
+        if int(high) < int(low):
+            raise ValueError(f"descending range {piece!r} in hostlist {expression!r}")
+        values.extend(str(n).zfill(width) for n in range(int(low), int(high) + 1))
+    return values
+
+
+def gres_gpus(gres: str) -> int:
+    """GPUs in a node's Gres string: ``gpu:h100:8(S:0-1)`` -> 8, ``gpu:2,shard:8`` -> 2.
+
+    Several GPU entries (``gpu:a100:4,gpu:h100:4``) add up; no GPU entry gives 0. Also
+    accepts a job's TRES-per-node (``gres:gpu:4``, ``gres/gpu:h100=4``).
+    """
+    total = 0
+    for entry in _split_top_level(gres.strip()) if gres and gres.strip() != "(null)" else []:
+        entry = re.sub(r"\(.*\)$", "", entry.strip())
+        entry = entry.removeprefix("gres:").removeprefix("gres/")
+        fields = re.split(r"[:=]", entry)
+        if fields[0] != "gpu":
+            continue
+        if len(fields) > 1 and fields[-1].isdigit():
+            total += int(fields[-1])
+        elif len(fields) <= 2:
+            total += 1  # "gpu" or "gpu:h100": a single GPU
+        else:
+            raise ValueError(f"cannot read a GPU count from gres entry {entry!r} in {gres!r}")
+    return total
+
+
+def node_state(state: str | Sequence[str], flags: Iterable[str] = ()) -> NodeState:
+    """Map Slurm's node state (+ flags) to gpugov's: down beats draining beats ready.
+
+    ``state`` is ``sinfo``'s long state (``idle``, ``drained``, ``down*``, ``mixed+drain``) or
+    a list of words (the JSON of Slurm 23.02+); ``flags`` the ``state_flags`` of 22.05's JSON.
+    Anything not understood counts as down: gpugov must not place work on it.
+    """
+    raw = [state] if isinstance(state, str) else list(state)
+    words: set[str] = set()
+    for item in [*raw, *flags]:
+        text = item.strip().upper()
+        if text.endswith(("*", "~", "#", "!", "%", "$", "@", "^", "-")):
+            # sinfo's suffixes: '*' = not responding, '~' = powered off, '#' = powering up...
+            if text.endswith("*"):
+                words.add("NOT_RESPONDING")
+            elif text.endswith(("~", "#", "!", "%")):
+                words.add("POWERED_DOWN")
+            text = text.rstrip("*~#!%$@^-")
+        words.update(w for w in re.split(r"[+ ]", text) if w)
+    if words & NODE_DOWN_WORDS:
+        return NodeState.DOWN
+    if words & NODE_DRAIN_WORDS:
+        return NodeState.DRAINING
+    if words & NODE_READY_WORDS:
+        return NodeState.READY
+    return NodeState.DOWN
+
+
+def exit_code_from_status(status: int) -> int:
+    """Slurm reports a wait status: 768 = exit 3; a signal gives 128 + signal (15 -> 143)."""
+    signal = status & 0x7F
+    return 128 + signal if signal else (status >> 8) & 0xFF
+
+
+def _number(value: Any) -> float | None:
+    """A JSON number of 22.05 (plain) or 23.02+ (``{"set": true, "number": n}``)."""
+    if isinstance(value, Mapping):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _first_state(value: Any) -> str:
+    """22.05 gives ``"PENDING"``; 23.02+ gives ``["PENDING", "REQUEUED"]``: the base comes first."""
+    if isinstance(value, list):
+        return str(value[0]).upper() if value else "UNKNOWN"
+    return str(value or "UNKNOWN").upper()
+
+
+def parse_squeue_json(document: Mapping[str, Any]) -> list[SlurmJob]:
+    """Every job in ``squeue --json`` output (22.05 and later layouts)."""
+    jobs = []
+    for raw in document.get("jobs", []):
+        state = _first_state(raw.get("job_state"))
+        flags = raw.get("job_state")[1:] if isinstance(raw.get("job_state"), list) else []
+        priority = _number(raw.get("priority"))
+        start = _number(raw.get("start_time"))
+        end = _number(raw.get("end_time"))
+        exit_raw = raw.get("exit_code")
+        exit_status: int | None
+        if isinstance(exit_raw, Mapping):  # 23.02+: {"status": [...], "return_code": {...}}
+            exit_number = _number(exit_raw.get("return_code"))
+            signal = _number((exit_raw.get("signal") or {}).get("id"))
+            exit_status = int(signal) if signal else (int(exit_number or 0) << 8)
+        else:
+            exit_number = _number(exit_raw)
+            exit_status = None if exit_number is None else int(exit_number)
+        held = priority == 0
+        state_name = state
+        # A preempted job passes through COMPLETING (its script is being killed) already held:
+        # for gpugov it is back to pending, and a new start must not mistake it for running.
+        if "REQUEUE_HOLD" in flags or (held and state == "COMPLETING"):
+            state_name = "REQUEUE_HOLD"
+        jobs.append(
+            SlurmJob(
+                slurm_id=str(raw.get("job_id")),
+                name=str(raw.get("name") or ""),
+                state=state_name,
+                reason=str(raw.get("state_reason") or ""),
+                nodes=tuple(expand_hostlist(str(raw.get("nodes") or ""))),
+                gpus_per_node=gres_gpus(str(raw.get("tres_per_node") or "")),
+                held=held,
+                restarts=int(_number(raw.get("restart_cnt")) or 0),
+                start_time=start if start else None,
+                end_time=end if end else None,
+                exit_status=exit_status,
+            )
+        )
+    return jobs
+
+
+def backend_job(job_id: str, job: SlurmJob) -> BackendJob:
+    """What gpugov is told about one Slurm copy of its job ``job_id``."""
+    state = JOB_STATES.get(job.state, BackendJobState.FAILED)
+    ended = state not in LIVE_STATES
+    reason = "" if job.reason in ("None", "") else job.reason
+    if state is BackendJobState.FAILED and job.state not in JOB_STATES:
+        reason = f"unknown Slurm job state {job.state}" + (f" ({reason})" if reason else "")
+    elif job.state not in ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "REQUEUE_HOLD"):
+        reason = job.state.lower() + (f": {reason}" if reason else "")
+    if state is BackendJobState.PENDING and job.held and not reason:
+        reason = "held"
+    # A pending job holds no nodes; Slurm's start time for it is only a forecast.
+    ran = state is not BackendJobState.PENDING and bool(job.nodes)
+    return BackendJob(
+        job_id=job_id,
+        external_id=job.slurm_id,
+        state=state,
+        nodes=tuple((node, job.gpus_per_node) for node in job.nodes) if ran else (),
+        started_at=job.start_time if ran else None,
+        finished_at=job.end_time if ended else None,
+        exit_code=exit_code_from_status(job.exit_status) if ended and job.exit_status is not None else None,
+        reason=reason,
+    )
+
+
+def transient_message(message: str) -> bool:
+    """Does this command output say that slurmctld (or munge, or ssh) could not be reached?"""
+    lowered = message.lower()
+    return any(pattern in lowered for pattern in TRANSIENT_MESSAGES)
+
+
+def validate_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The Cluster row's JSON merged over the defaults; unknown keys and bad values are
+    refused with a PermanentBackendError naming ``settings.<key>`` and the value."""
+    if not isinstance(settings, Mapping):
+        raise PermanentBackendError(f"settings: expected a JSON object, got {settings!r}")
+    unknown = sorted(set(settings) - set(SETTINGS_DEFAULTS))
+    if unknown:
+        raise PermanentBackendError(
+            f"settings: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(SETTINGS_DEFAULTS))}"
+        )
+    merged = {**SETTINGS_DEFAULTS, **settings}
+
+    def bad(key: str, expected: str) -> PermanentBackendError:
+        return PermanentBackendError(f"settings.{key}: expected {expected}, got {merged[key]!r}")
+
+    for key in (
+        "bin_dir",
+        "job_name_prefix",
+        "partition",
+        "account",
+        "instance_type_feature_prefix",
+        "workdir",
+        "output",
+    ):
+        if not isinstance(merged[key], str):
+            raise bad(key, "a string")
+    timeout = merged["timeout_s"]
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 3600:
+        raise bad("timeout_s", "a number of seconds in (0, 3600]")
+    for key in ("command_prefix", "partitions", "extra_sbatch_args"):
+        value = merged[key]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise bad(key, "a list of non-empty strings")
+    if not merged["job_name_prefix"] or not NAME_RE.match(merged["job_name_prefix"]):
+        raise bad("job_name_prefix", "letters, digits, '.', '_' or '-'")
+    node_types = merged["node_instance_types"]
+    if not isinstance(node_types, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) and v for k, v in node_types.items()
+    ):
+        raise bad("node_instance_types", "an object of node name -> instance type")
+    teams = merged["teams"]
+    if not isinstance(teams, Mapping):
+        raise bad("teams", "an object of team name -> {partition, account}")
+    for team, mapping in teams.items():
+        if not isinstance(mapping, Mapping) or set(mapping) - {"partition", "account"}:
+            raise PermanentBackendError(
+                f"settings.teams.{team}: expected an object with keys partition and/or account, got {mapping!r}"
+            )
+        for key, value in mapping.items():
+            if not isinstance(value, str):
+                raise PermanentBackendError(f"settings.teams.{team}.{key}: expected a string, got {value!r}")
+    return merged
+
+
+# --- the backend ------------------------------------------------------------------------------
+
+
+@register
+class SlurmBackend(ClusterBackend):
+    """Drive a Slurm cluster through ``sbatch``, ``scontrol``, ``squeue``, ``sinfo``, ``scancel``.
+
+    Settings (all optional, see docs/slurm.md): ``bin_dir``, ``command_prefix`` (e.g.
+    ``["ssh", "slurm-login"]``), ``timeout_s``, ``job_name_prefix``, ``partition`` and
+    ``account`` (defaults; ``{team}`` is replaced by the team's name), ``teams`` (per-team
+    ``partition``/``account``), ``partitions`` (only list these partitions' nodes),
+    ``node_instance_types`` (node -> instance type, over Features),
+    ``instance_type_feature_prefix``, ``workdir``, ``output``, ``extra_sbatch_args``.
+    """
+
+    kind = "slurm"
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        super().__init__(settings)
+        self.config = validate_settings(settings)
+        self.prefix: str = self.config["job_name_prefix"]
+
+    # 1. Running commands ---------------------------------------------------------------------
+
+    def _run(self, command: str, *args: str) -> str:
+        """Run one Slurm command and return its stdout.
+
+        Raises TransientBackendError when slurmctld cannot be reached or the command times
+        out, PermanentBackendError (with Slurm's message) when it refuses the request.
+        """
+        binary = f"{self.config['bin_dir'].rstrip('/')}/{command}" if self.config["bin_dir"] else command
+        argv = [*self.config["command_prefix"], binary, *args]
+        timeout = float(self.config["timeout_s"])
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise TransientBackendError(
+                f"`{' '.join(argv)}` did not answer within {timeout:g} s (settings.timeout_s)"
+            ) from exc
+        except FileNotFoundError as exc:
+            raise PermanentBackendError(
+                f"cannot run {argv[0]!r}: not found (settings.bin_dir={self.config['bin_dir']!r}, "
+                f"settings.command_prefix={self.config['command_prefix']!r})"
+            ) from exc
+        except OSError as exc:
+            raise TransientBackendError(f"cannot run `{' '.join(argv)}`: {exc}") from exc
+        message = (done.stderr.strip() or done.stdout.strip())[:2000]
+        if done.returncode != 0:
+            # ssh exits 255 when it cannot reach the login node.
+            if transient_message(message) or (self.config["command_prefix"] and done.returncode == 255):
+                raise TransientBackendError(f"Slurm is unreachable: `{command} {' '.join(args)}`: {message}")
+            raise PermanentBackendError(f"Slurm refused `{command} {' '.join(args)}`: {message}")
+        return done.stdout
+
+    def _json(self, command: str, *args: str) -> dict[str, Any]:
+        """``<command> <args> --json``; its ``errors`` mean slurmctld could not answer.
+
+        In 22.05 ``sinfo --json`` and ``squeue --json`` exit 0 with an "Unspecified error"
+        when slurmctld is down, so a reported error is treated as unreachable.
+        """
+        output = self._run(command, *args, "--json")
+        try:
+            document = json.loads(output)
+        except json.JSONDecodeError as exc:
+            raise TransientBackendError(f"`{command} --json` printed no JSON: {output[:200]!r}") from exc
+        if not isinstance(document, dict):
+            raise TransientBackendError(
+                f"`{command} --json` printed {type(document).__name__}, not an object"
+            )
+        errors = [e for e in document.get("errors") or [] if isinstance(e, Mapping)]
+        if errors:
+            text = "; ".join(
+                " ".join(str(e.get(k)) for k in ("source", "description", "error") if e.get(k))
+                for e in errors
+            )
+            raise TransientBackendError(f"`{command} --json` reported: {text}")
+        return document
+
+    # 2. Nodes ----------------------------------------------------------------------------------
+
+    def list_nodes(self) -> list[BackendNode]:
+        """Every node (of ``settings.partitions`` when set) from ``sinfo --json``."""
+        document = self._json("sinfo")
+        wanted = set(self.config["partitions"])
+        nodes = []
+        for raw in document.get("nodes", []):
+            partitions = raw.get("partitions") or []
+            if wanted and not wanted & set(partitions):
+                continue
+            nodes.append(self._node(raw))
+        return sorted(nodes, key=lambda n: n.name)
+
+    def _node(self, raw: Mapping[str, Any]) -> BackendNode:
+        """One node of ``sinfo --json``; a node whose type or GPUs cannot be read is down."""
+        name = str(raw.get("name") or raw.get("hostname") or "")
+        state = node_state(raw.get("state") or "UNKNOWN", raw.get("state_flags") or [])
+        reason = str(raw.get("reason") or "")
+        try:
+            gpus = gres_gpus(str(raw.get("gres") or ""))
+        except ValueError as exc:
+            return BackendNode(name, "", 0, NodeState.DOWN, f"gpugov: {exc}")
+        instance_type = self._instance_type(name, str(raw.get("features") or ""))
+        if not instance_type:
+            return BackendNode(
+                name,
+                "",
+                gpus,
+                NodeState.DOWN,
+                f"gpugov: no instance type: add a Feature starting with "
+                f"{self.config['instance_type_feature_prefix']!r} or map it in settings.node_instance_types",
+            )
+        return BackendNode(name, instance_type, gpus, state, reason)
+
+    def _instance_type(self, name: str, features: str) -> str:
+        """settings.node_instance_types[name], else the Feature with the configured prefix,
+        else the node's only Feature."""
+        mapped: str | None = self.config["node_instance_types"].get(name)
+        if mapped:
+            return mapped
+        found = [f.strip() for f in features.split(",") if f.strip() and f.strip() != "(null)"]
+        prefix = self.config["instance_type_feature_prefix"]
+        prefixed = [f for f in found if prefix and f.startswith(prefix)]
+        if prefixed:
+            return prefixed[0]
+        return found[0] if len(found) == 1 else ""
+
+    # 3. Jobs -------------------------------------------------------------------------------------
+
+    def _copies(self) -> dict[str, list[SlurmJob]]:
+        """gpugov's jobs known to slurmctld, by gpugov job id, oldest Slurm job first."""
+        copies: dict[str, list[SlurmJob]] = {}
+        for job in parse_squeue_json(self._json("squeue")):
+            if job.name.startswith(self.prefix) and len(job.name) > len(self.prefix):
+                copies.setdefault(job.name[len(self.prefix) :], []).append(job)
+        for jobs in copies.values():
+            jobs.sort(key=lambda j: _slurm_id_key(j.slurm_id))
+        return copies
+
+    def list_jobs(self) -> list[BackendJob]:
+        """One entry per gpugov job: its newest live copy, else its newest ended one."""
+        result = []
+        for job_id, jobs in sorted(self._copies().items()):
+            result.append(backend_job(job_id, _current(jobs)))
+        return result
+
+    def _job_copies(self, job_id: str) -> list[SlurmJob]:
+        return self._copies().get(job_id, [])
+
+    def start(self, job: JobSpec, nodes: tuple[tuple[str, int], ...]) -> str:
+        """Run ``job`` on exactly ``nodes``; idempotent (see the module docstring).
+
+        1. A copy that runs, or was released and waits for Slurm's next scheduling pass, is
+           the job: return its id. An ended copy means the job ran: return its id too.
+        2. Otherwise (no copy, or only held ones: preempted, or a crash after ``sbatch -H``)
+           submit a fresh held copy on these nodes, cancel the old held copies, release it.
+        """
+        per_node = self._validate_start(job, nodes)
+        copies = self._job_copies(job.job_id)
+        # 1. Already started (or ended): never a second copy.
+        live = [c for c in copies if JOB_STATES.get(c.state) in LIVE_STATES]
+        for copy in reversed(live):
+            if JOB_STATES[copy.state] is BackendJobState.RUNNING:
+                return copy.slurm_id
+            if not copy.held and copy.restarts == 0:
+                return copy.slurm_id
+        if copies and not live:
+            return copies[-1].slurm_id
+        # 2. Fresh copy, held, then retire the old held copies, then release.
+        slurm_id = self._submit(job, nodes, per_node)
+        for copy in live:
+            self._scancel(copy.slurm_id)
+        self._run("scontrol", "release", slurm_id)
+        return slurm_id
+
+    def _validate_start(self, job: JobSpec, nodes: tuple[tuple[str, int], ...]) -> int:
+        """Refuse what Slurm cannot express; returns the GPUs per node."""
+        if not isinstance(job.job_id, str) or not NAME_RE.match(job.job_id):
+            raise PermanentBackendError(
+                f"job.job_id: expected letters, digits, '.', '_' or '-', got {job.job_id!r}"
+            )
+        if not nodes:
+            raise PermanentBackendError(
+                f"nodes: job {job.job_id} needs at least one (node, gpus), got {nodes!r}"
+            )
+        names = [n for n, _ in nodes]
+        for name, gpus in nodes:
+            if not isinstance(name, str) or not NAME_RE.match(name):
+                raise PermanentBackendError(f"nodes: bad node name {name!r} in {nodes!r}")
+            if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
+                raise PermanentBackendError(f"nodes: bad GPU count {gpus!r} for node {name!r}")
+        if len(set(names)) != len(names):
+            raise PermanentBackendError(f"nodes: a node appears twice in {nodes!r}")
+        counts = {g for _, g in nodes}
+        if len(counts) != 1:
+            # POLICY.md section 1: a job larger than one node takes whole nodes, so the engine
+            # never asks for this; one Slurm job has one --gres per node.
+            raise PermanentBackendError(f"nodes: Slurm needs the same GPUs on every node, got {nodes!r}")
+        if sum(g for _, g in nodes) != job.gpus:
+            raise PermanentBackendError(
+                f"nodes: {nodes!r} hold {sum(g for _, g in nodes)} GPUs but job.gpus is {job.gpus}"
+            )
+        if not job.command and not job.duration_s:
+            raise PermanentBackendError(f"job.command: job {job.job_id} has no command and no duration_s")
+        if job.duration_s is not None and (isinstance(job.duration_s, bool) or job.duration_s <= 0):
+            raise PermanentBackendError(f"job.duration_s: expected a positive number, got {job.duration_s!r}")
+        for field_name in ("team", "image", "instance_type"):
+            value = getattr(job, field_name)
+            if "," in value or "\n" in value:
+                raise PermanentBackendError(f"job.{field_name}: no ',' or newline allowed, got {value!r}")
+        return counts.pop()
+
+    def _submit(self, job: JobSpec, nodes: tuple[tuple[str, int], ...], per_node: int) -> str:
+        """``sbatch -H`` pinned to ``nodes``; returns the Slurm job id."""
+        team_map = self.config["teams"].get(job.team, {})
+        partition = team_map.get("partition", self.config["partition"]).replace("{team}", job.team)
+        account = team_map.get("account", self.config["account"]).replace("{team}", job.team)
+        args = [
+            "--parsable",
+            "--hold",
+            f"--job-name={self.prefix}{job.job_id}",
+            f"--nodelist={','.join(n for n, _ in nodes)}",
+            f"--nodes={len(nodes)}",
+            f"--gres=gpu:{per_node}",
+            f"--chdir={self.config['workdir']}",
+            f"--output={self.config['output']}",
+            # The job's identity travels in its environment, for the site's command or image.
+            f"--export=ALL,GPUGOV_JOB_ID={job.job_id},GPUGOV_TEAM={job.team},"
+            f"GPUGOV_INSTANCE_TYPE={job.instance_type},GPUGOV_IMAGE={job.image}",
+        ]
+        if partition:
+            args.append(f"--partition={partition}")
+        if account:
+            args.append(f"--account={account}")
+        if job.duration_s:
+            # Slurm counts time limits in whole minutes.
+            args.append(f"--time={max(1, math.ceil(job.duration_s / 60))}")
+        args.extend(self.config["extra_sbatch_args"])
+        command = job.command or f"sleep {int(job.duration_s or 0)}"
+        args.append(f"--wrap={command}")
+        output = self._run("sbatch", *args).strip()
+        slurm_id = output.split(";")[0].strip()
+        if not slurm_id.isdigit():
+            raise PermanentBackendError(f"sbatch printed {output!r}, not a job id")
+        return slurm_id
+
+    def _scancel(self, slurm_id: str) -> None:
+        try:
+            self._run("scancel", slurm_id)
+        except PermanentBackendError as exc:
+            if not _already_ended(str(exc)):
+                raise
+
+    def preempt(self, job_id: str) -> None:
+        """Requeue the job held (progress lost); a pending copy is held; ended/unknown: no-op."""
+        for copy in self._job_copies(job_id):
+            state = JOB_STATES.get(copy.state)
+            if state is BackendJobState.RUNNING:
+                try:
+                    self._run("scontrol", "requeuehold", copy.slurm_id)
+                except PermanentBackendError as exc:
+                    # It ended, or was requeued, between squeue and now.
+                    if "pending" in str(exc).lower():
+                        self._run("scontrol", "hold", copy.slurm_id)
+                    elif not _already_ended(str(exc)):
+                        raise
+            elif state is BackendJobState.PENDING and not copy.held:
+                self._run("scontrol", "hold", copy.slurm_id)
+
+    def cancel(self, job_id: str) -> None:
+        """``scancel`` every live copy; ended or unknown: no-op."""
+        for copy in self._job_copies(job_id):
+            if JOB_STATES.get(copy.state) in LIVE_STATES:
+                self._scancel(copy.slurm_id)
+
+    def health(self) -> None:
+        """``scontrol ping``: TransientBackendError unless slurmctld answers UP."""
+        try:
+            output = self._run("scontrol", "ping")
+        except PermanentBackendError as exc:
+            raise TransientBackendError(str(exc)) from exc
+        if "UP" not in output:
+            raise TransientBackendError(f"slurmctld is not up: {output.strip()}")
+
+
+def _slurm_id_key(slurm_id: str) -> tuple[int, str]:
+    head = slurm_id.split("_")[0].split("+")[0]
+    return (int(head) if head.isdigit() else -1, slurm_id)
+
+
+def _current(jobs: list[SlurmJob]) -> SlurmJob:
+    """The copy that speaks for a gpugov job: the newest live one, else the newest."""
+    live = [j for j in jobs if JOB_STATES.get(j.state) in LIVE_STATES]
+    return (live or jobs)[-1]
+
+
+def _already_ended(message: str) -> bool:
+    lowered = message.lower()
+    return "already completing or completed" in lowered or "invalid job id" in lowered
