@@ -1,0 +1,397 @@
+"""Capacity history: one sample a minute, rolled up into hours and days, pruned by age.
+
+1. ``history_sample(now=...)`` takes the allocation loop's own snapshot (``build_snapshot``),
+   runs the engine's accounting on it (``engine/accounting.py``: quota, used, borrowed, lent,
+   idle quota per team and instance type) and writes one row per team and instance type, and
+   one per instance type, for the minute ``now`` falls in. Sampling a minute twice writes once
+   (unique constraints, ``ignore_conflicts``).
+2. ``history_rollup(now=...)`` sums minutes into hours and hours into days. Rollups hold
+   GPU-minutes, so an hour is exactly the sum of its minutes and a day the sum of its hours;
+   it recomputes only the newest rolled-up hour and day onwards (late samples land there).
+3. ``history_prune(now=...)`` deletes minutes, hours and days older than their retention
+   (``HISTORY_MINUTE_DAYS``, ``HISTORY_HOUR_DAYS``, ``HISTORY_DAY_DAYS``).
+
+Days are UTC days. Preemptions come from JobEvent: the sample of minute m counts the team's
+jobs preempted in [m - 1 min, m), by reason.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Max, Min, Sum
+from django.db.models.functions import TruncDay, TruncHour
+
+from allocations import engine
+from allocations.choices import JobEventKind
+from allocations.engine.accounting import account_snapshot
+from allocations.models import (
+    CapacityMinute,
+    CapacityRollup,
+    HistoryPeriod,
+    InstanceType,
+    JobEvent,
+    Team,
+    TeamUsageMinute,
+    TeamUsageRollup,
+)
+
+MINUTE = timedelta(minutes=1)
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+
+# The preemption reasons of POLICY.md section 4 and the sample columns that count them.
+PREEMPTION_FIELDS: dict[str, str] = {
+    engine.PreemptionReason.IN_TEAM.value: "preempted_in_team",
+    engine.PreemptionReason.RECLAIM.value: "preempted_reclaim",
+    engine.PreemptionReason.RECLAIM_WHILE_BORROWING.value: "preempted_reclaim_while_borrowing",
+    engine.PreemptionReason.FAIR_SHARE.value: "preempted_fair_share",
+}
+
+# Minute column -> rollup column (a sum of GPU-minutes, or of job-minutes).
+TEAM_SUMS: dict[str, str] = {
+    "quota": "quota_gpu_minutes",
+    "used": "used_gpu_minutes",
+    "used_within_quota": "used_within_quota_gpu_minutes",
+    "borrowed": "borrowed_gpu_minutes",
+    "lent": "lent_gpu_minutes",
+    "idle_quota": "idle_quota_gpu_minutes",
+    "pending_gpus": "pending_gpu_minutes",
+    "running_jobs": "running_job_minutes",
+    "pending_jobs": "pending_job_minutes",
+}
+CAPACITY_SUMS: dict[str, str] = {
+    "capacity": "capacity_gpu_minutes",
+    "allocated": "allocated_gpu_minutes",
+    "idle": "idle_gpu_minutes",
+    "unallocated": "unallocated_gpu_minutes",
+    "pending_gpus": "pending_gpu_minutes",
+    "pending_jobs": "pending_job_minutes",
+    "idle_while_waiting": "idle_while_waiting_gpu_minutes",
+}
+
+
+def floor_minute(moment: datetime) -> datetime:
+    return moment.replace(second=0, microsecond=0)
+
+
+def floor_hour(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def floor_day(moment: datetime) -> datetime:
+    return moment.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+# --- 1. Sampling ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class TeamSample:
+    """One team on one instance type at one minute (the columns of TeamUsageMinute)."""
+
+    team: str
+    instance_type: str
+    quota: int
+    used: int
+    used_within_quota: int
+    borrowed: int
+    lent: float
+    idle_quota: float
+    pending_gpus: int
+    running_jobs: int
+    pending_jobs: int
+    preemptions: Mapping[str, int] = field(default_factory=dict)  # by reason
+
+    @property
+    def is_empty(self) -> bool:
+        """Nothing to record: no quota, no use, no demand, nothing lent, no preemption."""
+        return not (
+            self.quota or self.used or self.pending_gpus or self.lent or any(self.preemptions.values())
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CapacitySample:
+    """One instance type at one minute (the columns of CapacityMinute)."""
+
+    instance_type: str
+    capacity: int
+    allocated: int
+    idle: int
+    unallocated: int
+    pending_gpus: int
+    pending_jobs: int
+    idle_while_waiting: int
+
+
+def measure(
+    snapshot: engine.Snapshot, preemptions: Mapping[tuple[str, str], Mapping[str, int]] | None = None
+) -> tuple[list[TeamSample], list[CapacitySample]]:
+    """The samples of one snapshot: the engine's accounting plus job counts and preemptions.
+
+    ``preemptions``: counts by reason per (team, instance type) for the minute. Pure: no
+    database, so the arithmetic is tested on hand-worked snapshots.
+    """
+    preemptions = preemptions or {}
+    accounting = account_snapshot(snapshot)
+    running: dict[tuple[str, str], int] = defaultdict(int)
+    for job in snapshot.jobs:
+        if job.running:
+            running[(job.team, job.instance_type)] += 1
+    teams = [
+        TeamSample(
+            team=row.team,
+            instance_type=row.instance_type,
+            quota=row.quota,
+            used=row.used,
+            used_within_quota=row.used_within_quota,
+            borrowed=row.borrowed,
+            lent=row.lent,
+            idle_quota=row.idle_quota,
+            pending_gpus=row.pending_gpus,
+            running_jobs=running[(row.team, row.instance_type)],
+            pending_jobs=row.pending_jobs,
+            preemptions=dict(preemptions.get((row.team, row.instance_type), {})),
+        )
+        for row in accounting.teams
+    ]
+    capacity = [
+        CapacitySample(
+            instance_type=row.instance_type,
+            capacity=row.capacity,
+            allocated=row.allocated,
+            idle=row.idle,
+            unallocated=row.unallocated,
+            pending_gpus=row.pending_gpus,
+            pending_jobs=row.pending_jobs,
+            # GPUs that sat idle although jobs of this type waited for them.
+            idle_while_waiting=min(row.idle, row.pending_gpus),
+        )
+        for row in accounting.instance_types
+    ]
+    return teams, capacity
+
+
+def preemptions_between(start: datetime, end: datetime) -> dict[tuple[str, str], dict[str, int]]:
+    """Jobs preempted in [start, end), counted by (team, instance type) and reason."""
+    counts: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+    rows = (
+        JobEvent.objects.filter(kind=JobEventKind.PREEMPTED, at__gte=start, at__lt=end)
+        .values_list("job__team__name", "job__instance_type__name", "reason")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for team, instance_type, reason, n in rows:
+        counts[(team, instance_type)][reason] = counts[(team, instance_type)].get(reason, 0) + n
+    return counts
+
+
+def history_sample(*, now: datetime) -> datetime:
+    """Record the minute ``now`` falls in (idempotent); returns that minute."""
+    from allocations.selectors.snapshot import build_snapshot
+
+    minute = floor_minute(now)
+    snapshot = build_snapshot(now)
+    teams, capacity = measure(snapshot, preemptions_between(minute - MINUTE, minute))
+    write_samples(minute, teams, capacity)
+    return minute
+
+
+def write_samples(minute: datetime, teams: Iterable[TeamSample], capacity: Iterable[CapacitySample]) -> None:
+    """Insert one minute's rows; rows of a minute already sampled are left as they were."""
+    team_ids = dict(Team.objects.values_list("name", "id"))
+    type_ids = dict(InstanceType.objects.values_list("name", "id"))
+    team_rows = [
+        TeamUsageMinute(
+            minute=minute,
+            team_id=team_ids[s.team],
+            instance_type_id=type_ids[s.instance_type],
+            quota=s.quota,
+            used=s.used,
+            used_within_quota=s.used_within_quota,
+            borrowed=s.borrowed,
+            lent=s.lent,
+            idle_quota=s.idle_quota,
+            pending_gpus=s.pending_gpus,
+            running_jobs=s.running_jobs,
+            pending_jobs=s.pending_jobs,
+            **{column: s.preemptions.get(reason, 0) for reason, column in PREEMPTION_FIELDS.items()},
+        )
+        for s in teams
+        if not s.is_empty and s.team in team_ids and s.instance_type in type_ids
+    ]
+    capacity_rows = [
+        CapacityMinute(
+            minute=minute,
+            instance_type_id=type_ids[s.instance_type],
+            capacity=s.capacity,
+            allocated=s.allocated,
+            idle=s.idle,
+            unallocated=s.unallocated,
+            pending_gpus=s.pending_gpus,
+            pending_jobs=s.pending_jobs,
+            idle_while_waiting=s.idle_while_waiting,
+        )
+        for s in capacity
+        if s.instance_type in type_ids
+    ]
+    with transaction.atomic():
+        TeamUsageMinute.objects.bulk_create(team_rows, ignore_conflicts=True, batch_size=1000)
+        CapacityMinute.objects.bulk_create(capacity_rows, ignore_conflicts=True, batch_size=1000)
+
+
+# --- 2. Rollups ----------------------------------------------------------------------------
+def _team_rollups(period: str, rows: Iterable[Mapping[str, object]]) -> list[TeamUsageRollup]:
+    return [TeamUsageRollup(period=period, **row) for row in rows]
+
+
+def _capacity_rollups(period: str, rows: Iterable[Mapping[str, object]]) -> list[CapacityRollup]:
+    return [CapacityRollup(period=period, **row) for row in rows]
+
+
+def rollup_hours(start: datetime, end: datetime) -> int:
+    """(Re)compute the hour rollups of [start, end) from their minutes; returns rows written.
+
+    ``start`` and ``end`` are whole hours. Hours without minutes are left alone (so rolling up
+    a range whose minutes were pruned never erases its hours).
+    """
+    preempted = {column: Sum(column) for column in PREEMPTION_FIELDS.values()}
+    team_rows = list(
+        TeamUsageMinute.objects.filter(minute__gte=start, minute__lt=end)
+        .annotate(start=TruncHour("minute"))
+        .values("start", "team_id", "instance_type_id")
+        .annotate(
+            **{rollup: Sum(column) for column, rollup in TEAM_SUMS.items()},
+            peak_used=Max("used"),
+            peak_pending_gpus=Max("pending_gpus"),
+            **preempted,
+        )
+        .order_by()
+    )
+    capacity_rows = list(
+        CapacityMinute.objects.filter(minute__gte=start, minute__lt=end)
+        .annotate(start=TruncHour("minute"))
+        .values("start", "instance_type_id")
+        .annotate(
+            minutes=Count("id"),
+            **{rollup: Sum(column) for column, rollup in CAPACITY_SUMS.items()},
+            peak_allocated=Max("allocated"),
+            peak_pending_gpus=Max("pending_gpus"),
+        )
+        .order_by()
+    )
+    hours = {row["start"] for row in capacity_rows} | {row["start"] for row in team_rows}
+    return _replace(HistoryPeriod.HOUR, hours, _team_rollups("hour", team_rows), capacity_rows)
+
+
+def rollup_days(start: datetime, end: datetime) -> int:
+    """(Re)compute the day rollups of [start, end) from their hours; returns rows written."""
+    team_sums = [*TEAM_SUMS.values(), *PREEMPTION_FIELDS.values()]
+    team_rows = list(
+        TeamUsageRollup.objects.filter(period=HistoryPeriod.HOUR, start__gte=start, start__lt=end)
+        .annotate(day=TruncDay("start"))
+        .values("day", "team_id", "instance_type_id")
+        .annotate(
+            **{f"s_{c}": Sum(c) for c in team_sums},
+            p_used=Max("peak_used"),
+            p_pending=Max("peak_pending_gpus"),
+        )
+        .order_by()
+    )
+    capacity_rows = list(
+        CapacityRollup.objects.filter(period=HistoryPeriod.HOUR, start__gte=start, start__lt=end)
+        .annotate(day=TruncDay("start"))
+        .values("day", "instance_type_id")
+        .annotate(
+            s_minutes=Sum("minutes"),
+            **{f"s_{c}": Sum(c) for c in CAPACITY_SUMS.values()},
+            p_allocated=Max("peak_allocated"),
+            p_pending=Max("peak_pending_gpus"),
+        )
+        .order_by()
+    )
+    teams = [
+        TeamUsageRollup(
+            period=HistoryPeriod.DAY,
+            start=r["day"],
+            team_id=r["team_id"],
+            instance_type_id=r["instance_type_id"],
+            peak_used=r["p_used"],
+            peak_pending_gpus=r["p_pending"],
+            **{c: r[f"s_{c}"] for c in team_sums},
+        )
+        for r in team_rows
+    ]
+    capacity = [
+        {
+            "start": r["day"],
+            "instance_type_id": r["instance_type_id"],
+            "minutes": r["s_minutes"],
+            "peak_allocated": r["p_allocated"],
+            "peak_pending_gpus": r["p_pending"],
+            **{c: r[f"s_{c}"] for c in CAPACITY_SUMS.values()},
+        }
+        for r in capacity_rows
+    ]
+    days = {r["day"] for r in team_rows} | {r["day"] for r in capacity_rows}
+    return _replace(HistoryPeriod.DAY, days, teams, capacity)
+
+
+def _replace(
+    period: str,
+    starts: set[datetime],
+    team_rows: list[TeamUsageRollup],
+    capacity_rows: list[Mapping[str, object]],
+) -> int:
+    """Swap the rollups of ``starts`` for freshly computed ones, atomically."""
+    if not starts:
+        return 0
+    with transaction.atomic():
+        TeamUsageRollup.objects.filter(period=period, start__in=starts).delete()
+        CapacityRollup.objects.filter(period=period, start__in=starts).delete()
+        TeamUsageRollup.objects.bulk_create(team_rows, batch_size=2000)
+        CapacityRollup.objects.bulk_create(_capacity_rollups(period, capacity_rows), batch_size=2000)
+    return len(team_rows) + len(capacity_rows)
+
+
+def history_rollup(*, now: datetime) -> int:
+    """Roll up what is new since the last run: the newest rolled hour (and day) onwards, up to
+    and including the current, partial one. Returns the rows written."""
+    last_hour = CapacityRollup.objects.filter(period=HistoryPeriod.HOUR).aggregate(m=Max("start"))["m"]
+    if last_hour is None:
+        last_hour = CapacityMinute.objects.aggregate(m=Min("minute"))["m"]
+        if last_hour is None:
+            return 0
+    first_hour = floor_hour(last_hour)
+    written = rollup_hours(first_hour, floor_hour(now) + HOUR)
+    written += rollup_days(floor_day(first_hour), floor_day(now) + DAY)
+    return written
+
+
+# --- 3. Retention --------------------------------------------------------------------------
+def history_prune(*, now: datetime) -> int:
+    """Delete samples older than their retention (settings in days); returns rows deleted."""
+    deleted = 0
+    minute_cutoff = now - timedelta(days=settings.HISTORY_MINUTE_DAYS)
+    deleted += TeamUsageMinute.objects.filter(minute__lt=minute_cutoff).delete()[0]
+    deleted += CapacityMinute.objects.filter(minute__lt=minute_cutoff).delete()[0]
+    for period, days in (
+        (HistoryPeriod.HOUR, settings.HISTORY_HOUR_DAYS),
+        (HistoryPeriod.DAY, settings.HISTORY_DAY_DAYS),
+    ):
+        cutoff = now - timedelta(days=days)
+        deleted += TeamUsageRollup.objects.filter(period=period, start__lt=cutoff).delete()[0]
+        deleted += CapacityRollup.objects.filter(period=period, start__lt=cutoff).delete()[0]
+    return deleted
+
+
+def history_tick(*, now: datetime) -> datetime:
+    """What beat runs every minute: sample, roll up, prune. Safe to run twice."""
+    minute = history_sample(now=now)
+    history_rollup(now=now)
+    history_prune(now=now)
+    return minute
