@@ -4,6 +4,8 @@ No Django, Celery, Plotly or ORM import here: the Celery loop, ``manage.py simul
 what-if lab all call the same ``allocate(snapshot, now)``.
 """
 
+from .cycle import allocate
+from .ranking import job_priority
 from .snapshot import (
     ClusterPolicy,
     IdleAllocation,
@@ -27,6 +29,7 @@ from .snapshot import (
     TaskRanking,
     Team,
 )
+from .state import never_fits
 
 __all__ = [
     "ClusterPolicy",
@@ -50,4 +53,7 @@ __all__ = [
     "Start",
     "TaskRanking",
     "Team",
+    "allocate",
+    "job_priority",
+    "never_fits",
 ]

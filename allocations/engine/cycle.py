@@ -1,0 +1,200 @@
+"""One allocation cycle (POLICY.md section 3): ``allocate(snapshot, now) -> Plan``.
+
+The cycle in steps:
+
+1. Build the accounting (``CycleState``) and each active team's queue of pending jobs, ordered
+   by priority (high first), submit time, then id (3.1).
+2. Each team offers its head; the heads sit in one heap ranked by the policy's head order
+   (3.2). A team's rank depends only on its own usage, so only the teams touched by a
+   decision (the admitted team and the victims' teams) are re-ranked.
+3. The winner starts if it fits; otherwise section 4's preemption is tried; otherwise it gets
+   its pending reason (section 5), may hold its team's unused lendable quota (3.3), and under
+   strict FIFO its team offers nothing more.
+4. Repeat until no team offers a head.
+
+A job that cannot start leaves the state as it was (apart from a hold), so a job of the same
+team and shape (instance type, GPUs, priority, whether it may preempt) meeting the same state
+gets the same decision: the result is remembered per shape and reused until the next change
+(a start, a preemption or a hold). That turns 100k pending jobs of a full cluster into a
+handful of real fit tests.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+from .preemption import find_victims, may_look_for_victims
+from .snapshot import (
+    IdleAllocation,
+    PendingCode,
+    PendingReason,
+    Plan,
+    Preemption,
+    PreemptionReason,
+    PreemptTeamTasks,
+    Queueing,
+    Reclaim,
+    Snapshot,
+    Start,
+)
+from .state import CycleState, JobRecord, NeverFitJudge, TeamState
+
+QueueEntry = tuple[tuple[int, float, int, str], JobRecord]
+
+
+def allocate(snapshot: Snapshot, now: float) -> Plan:
+    """One allocation cycle: which jobs start where, which are preempted, why the rest wait.
+
+    Pure and deterministic: the same snapshot and ``now`` give the same plan. Raises
+    ``ValueError`` naming the field and value when the snapshot is inconsistent (an unknown
+    team, instance type or node, a duplicate id).
+    """
+    return _Cycle(snapshot, now).run()
+
+
+class _Cycle:
+    def __init__(self, snapshot: Snapshot, now: float) -> None:
+        self.state = CycleState(snapshot, now)
+        self.now = now
+        self.judge = NeverFitJudge(snapshot)
+        self.fair_share = snapshot.policy.idle_allocation == IdleAllocation.FAIR_SHARE
+        self.strict = snapshot.policy.queueing == Queueing.STRICT_FIFO
+        self.pending: dict[str, PendingReason] = {}
+        self.starts: list[Start] = []
+        self.preemptions: list[Preemption] = []
+        self.queues: dict[int, list[QueueEntry]] = {}
+        self.blocked: dict[int, str] = {}  # team index -> the blocking head's id
+        self.heads: list[tuple[Any, ...]] = []
+        self.epoch = 0  # bumped by every start, preemption and hold
+        self.remembered: dict[tuple[object, ...], tuple[int, PendingReason]] = {}
+
+    # -- step 1 ------------------------------------------------------------------------
+    def _queues(self) -> None:
+        state = self.state
+        for team in state.team_list:
+            self.queues[team.index] = []
+        for rec in state.records:
+            if rec.was_running:
+                continue
+            if not rec.team.team.active:
+                self.pending[rec.job.id] = _inactive(rec)
+                continue
+            self.queues[rec.team.index].append((rec.order_key, rec))
+        for queue in self.queues.values():
+            queue.sort(key=lambda e: e[0])  # a sorted list is a valid heap
+
+    # -- step 2 ------------------------------------------------------------------------
+    def _offer(self, team: TeamState) -> None:
+        """(Re-)enter the team's head in the competition (POLICY.md 3.2)."""
+        team.version += 1
+        queue = self.queues.get(team.index)
+        if not queue or team.index in self.blocked or not team.team.active:
+            return
+        rec = queue[0][1]
+        tt = rec.tt
+        borrows = 1 if tt.usage + rec.gpus > tt.quota else 0
+        if self.fair_share:
+            tier, value = self.state.share_with(rec)
+            key: tuple[Any, ...] = (borrows, tier, value, *rec.order_key, team.index, team.version)
+        else:
+            # first-come-first-serve: within quota first, then priority, submit time, id.
+            key = (borrows, *rec.order_key, team.index, team.version)
+        heapq.heappush(self.heads, key)
+
+    # -- step 3 ------------------------------------------------------------------------
+    def _decide(self, rec: JobRecord) -> set[TeamState]:
+        """Start, preempt for, or leave pending one head; returns the teams whose rank changed."""
+        state = self.state
+        job = rec.job
+        unfit = self.judge.judge(job.team, job.instance_type, rec.gpus)
+        if unfit is not None:
+            self.pending[job.id] = unfit
+            return set()
+        eligible = may_look_for_victims(state, rec)
+        shape: tuple[object, ...] = (rec.team.index, rec.ts.name, rec.gpus, rec.priority, eligible)
+        if rec.team.team.preempt_team_tasks == PreemptTeamTasks.LOWER_OR_NEWER_EQUAL_PRIORITY:
+            shape += rec.order_key  # its candidates depend on its submit time too
+        seen = self.remembered.get(shape)
+        if seen is not None and seen[0] == self.epoch:
+            self._wait(rec, seen[1])
+            return set()
+        if state.fits(rec):
+            self._start(rec)
+            return {rec.team}
+        if eligible:
+            victims = find_victims(state, rec)
+            if victims is not None:
+                changed = {rec.team}
+                for victim, reason in victims:
+                    self._preempt(victim, reason, rec)
+                    changed.add(victim.team)
+                self._start(rec)
+                return changed
+            if rec.team.team.reclaim != Reclaim.ANY and state.hold(rec.tt, rec.ts):
+                self.epoch += 1
+        why = state.reason(rec)
+        self.remembered[shape] = (self.epoch, why)
+        self._wait(rec, why)
+        return set()
+
+    def _wait(self, rec: JobRecord, reason: PendingReason) -> None:
+        self.pending[rec.job.id] = reason
+        if self.strict:
+            self.blocked.setdefault(rec.team.index, rec.job.id)
+
+    def _start(self, rec: JobRecord) -> None:
+        nodes = self.state.start(rec)
+        self.starts.append(Start(rec.job.id, nodes))
+        self.pending.pop(rec.job.id, None)
+        self.epoch += 1
+
+    def _preempt(self, victim: JobRecord, reason: PreemptionReason, preemptor: JobRecord) -> None:
+        """Record a victim (already taken off its nodes) and put it back in its team's queue."""
+        self.preemptions.append(Preemption(victim.job.id, reason, preemptor.job.id))
+        victim.tt.candidates.remove(victim)
+        victim.nodes = ()
+        victim.was_running = False
+        victim.preemptions += 1
+        victim.last_preempted_at = self.now
+        if victim.team.team.active:
+            heapq.heappush(self.queues[victim.team.index], (victim.order_key, victim))
+        else:
+            self.pending[victim.job.id] = _inactive(victim)
+        self.epoch += 1
+
+    # -- the loop ------------------------------------------------------------------------
+    def run(self) -> Plan:
+        self._queues()
+        for team in self.state.team_list:
+            self._offer(team)
+        heads = self.heads
+        team_list = self.state.team_list
+        while heads:
+            key = heapq.heappop(heads)
+            team = team_list[key[-2]]
+            if key[-1] != team.version:
+                continue  # a stale entry: the team was re-ranked since
+            queue = self.queues[team.index]
+            _, rec = heapq.heappop(queue)
+            changed = self._decide(rec)
+            changed.add(team)
+            for touched in sorted(changed, key=lambda t: t.index):
+                self._offer(touched)
+        self._finish()
+        return Plan(starts=tuple(self.starts), preemptions=tuple(self.preemptions), pending=self.pending)
+
+    def _finish(self) -> None:
+        """Reasons for the jobs left behind a blocked head (strict FIFO)."""
+        for index, head in sorted(self.blocked.items()):
+            for _, rec in sorted(self.queues[index], key=lambda e: e[0]):
+                job = rec.job
+                unfit = self.judge.judge(job.team, job.instance_type, rec.gpus)
+                self.pending[job.id] = unfit or PendingReason(
+                    PendingCode.BLOCKED_BY_FIFO,
+                    f"strict FIFO: {job.team}'s job {head} does not fit and blocks the jobs behind it",
+                )
+
+
+def _inactive(rec: JobRecord) -> PendingReason:
+    return PendingReason(PendingCode.TEAM_INACTIVE, f"{rec.team.team.name}'s allocation is disabled")

@@ -1,0 +1,531 @@
+"""The accounting of one cycle, kept up to date as jobs start and are preempted (POLICY.md 2).
+
+``CycleState.build`` turns a ``Snapshot`` into mutable per-team, per-instance-type counters
+(usage, borrowed, pool used, capacity held for reclaiming teams) and per-instance-type node free
+lists, so that each fit test, admission and preemption costs O(1) or O(log n) instead of a
+rescan of the jobs. Bad input raises ``ValueError`` naming the field path and the value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .placement import NodeShare, Placement
+from .ranking import ShareKey, priority_weights, share_key
+from .snapshot import (
+    IdleAllocation,
+    InstanceType,
+    Job,
+    Node,
+    PendingCode,
+    PendingReason,
+    PreemptWhileBorrowing,
+    Quota,
+    Reclaim,
+    Sharing,
+    Snapshot,
+    Team,
+)
+
+_NO_QUOTA = Quota()
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """A team's limits on one instance type, derived from its ``Quota`` (POLICY.md 1 and 2)."""
+
+    quota: int
+    lendable: int
+    kept: int
+    borrow: int | None  # GPUs it may borrow; None = unlimited
+    may_borrow: bool
+
+    @property
+    def max_use(self) -> int | None:
+        return None if self.borrow is None else self.quota + self.borrow
+
+
+def team_limits(team: Team, instance_type: str) -> Limits:
+    """``quota``, ``lendable``, ``kept``, the borrow limit and whether the team may borrow."""
+    q = team.quotas.get(instance_type, _NO_QUOTA)
+    quota = max(0, q.quota)
+    if team.sharing == Sharing.DONT_LEND:
+        lendable = 0
+    elif q.lend_limit is None:
+        lendable = quota
+    else:
+        lendable = min(max(0, q.lend_limit), quota)
+    borrow: int | None
+    if team.sharing != Sharing.LEND_AND_BORROW:
+        borrow = 0
+    elif q.borrow_unlimited:
+        borrow = None
+    elif q.borrow_limit is not None:
+        borrow = max(0, q.borrow_limit)
+    else:
+        borrow = quota * max(0, q.borrow_limit_percent) // 100
+    may_borrow = team.sharing == Sharing.LEND_AND_BORROW and (borrow is None or borrow > 0)
+    return Limits(quota, lendable, quota - lendable, borrow, may_borrow)
+
+
+def effective_preempt_while_borrowing(team: Team) -> PreemptWhileBorrowing:
+    """POLICY.md 1: ``lower-priority`` by default, ``never`` when ``reclaim`` is ``never``."""
+    if team.preempt_while_borrowing is not None:
+        return team.preempt_while_borrowing
+    if team.reclaim == Reclaim.NEVER:
+        return PreemptWhileBorrowing.NEVER
+    return PreemptWhileBorrowing.LOWER_PRIORITY
+
+
+class TeamType:
+    """One team on one instance type: its limits and its running GPUs."""
+
+    __slots__ = (
+        "borrow",
+        "candidates",
+        "holding",
+        "kept",
+        "lendable",
+        "max_use",
+        "may_borrow",
+        "quota",
+        "usage",
+    )
+
+    def __init__(self, limits: Limits) -> None:
+        self.quota = limits.quota
+        self.lendable = limits.lendable
+        self.kept = limits.kept
+        self.borrow = limits.borrow
+        self.max_use = limits.max_use
+        self.may_borrow = limits.may_borrow
+        self.usage = 0
+        self.holding = False
+        # Running jobs that were running before this cycle, in preemption order (POLICY.md 4).
+        self.candidates: list[JobRecord] = []
+
+    def unused_lendable(self) -> int:
+        """The part of the lendable quota that the team itself does not use."""
+        return self.lendable - min(self.lendable, max(0, self.usage - self.kept))
+
+
+class TypeState:
+    """One instance type: capacity, pool and node free lists."""
+
+    __slots__ = ("capacity", "capacity_ever", "held", "name", "placement", "pool", "pool_used", "running")
+
+    def __init__(self, name: str, placement: Placement, capacity: int, capacity_ever: int) -> None:
+        self.name = name
+        self.placement = placement
+        self.capacity = capacity  # ready GPUs
+        self.capacity_ever = capacity_ever  # GPUs of every node, ready or not
+        self.pool = 0
+        self.pool_used = 0
+        self.held = 0  # unused lendable quota of the teams holding it (POLICY.md 3.3)
+        self.running = 0  # GPUs of running jobs, on ready nodes or not
+
+
+class TeamState:
+    """One team across instance types."""
+
+    __slots__ = ("borrowed", "index", "per_type", "team", "version", "weight")
+
+    def __init__(self, team: Team, index: int) -> None:
+        self.team = team
+        self.index = index
+        self.weight = team.fair_share_weight
+        self.per_type: dict[str, TeamType] = {}
+        self.borrowed = 0  # sum over instance types of max(0, usage - quota)
+        self.version = 0  # bumped whenever its head's rank may have changed
+
+
+@dataclass(slots=True, eq=False)
+class JobRecord:
+    """A job during the cycle, with what the cycle needs precomputed."""
+
+    job: Job
+    team: TeamState
+    tt: TeamType
+    ts: TypeState
+    gpus: int
+    priority: int
+    order_key: tuple[int, float, int, str]  # POLICY.md 3.1: priority high first, submit, id
+    victim_key: tuple[int, float, int, int, str]  # POLICY.md 4: candidate order
+    nodes: NodeShare = ()
+    preemptions: int = 0
+    last_preempted_at: float | None = None
+    was_running: bool = False  # running when the cycle began
+
+
+def victim_key(priority: int, job: Job) -> tuple[int, float, int, int, str]:
+    """POLICY.md 4: lower priority first; most recently started first (the later start_seq among
+    equal start times); then id."""
+    started = job.started_at if job.started_at is not None else float("-inf")
+    return (priority, -started, -job.start_seq, job.seq, job.id)
+
+
+class CycleState:
+    """Mutable accounting for one cycle."""
+
+    def __init__(self, snapshot: Snapshot, now: float) -> None:
+        self.snapshot = snapshot
+        self.now = now
+        self.policy = snapshot.policy
+        self.fair_share = self.policy.idle_allocation == IdleAllocation.FAIR_SHARE
+        self.types: dict[str, TypeState] = {}
+        self.teams: dict[str, TeamState] = {}
+        self.team_list: list[TeamState] = []
+        self.records: list[JobRecord] = []
+        self.pool_total = 0
+        self._build(snapshot)
+
+    # -- building ----------------------------------------------------------------------
+    def _build(self, snapshot: Snapshot) -> None:
+        types: dict[str, InstanceType] = {}
+        for i, it in enumerate(snapshot.instance_types):
+            if it.name in types:
+                raise ValueError(f"instance_types[{i}].name: duplicate instance type {it.name!r}")
+            if it.gpus_per_node <= 0:
+                raise ValueError(
+                    f"instance_types[{i}].gpus_per_node: must be above 0, got {it.gpus_per_node!r}"
+                )
+            types[it.name] = it
+        nodes_by_type: dict[str, list[Node]] = {name: [] for name in types}
+        node_type: dict[str, str] = {}
+        for i, node in enumerate(snapshot.nodes):
+            if node.instance_type not in types:
+                raise ValueError(f"nodes[{i}].instance_type: unknown instance type {node.instance_type!r}")
+            if node.name in node_type:
+                raise ValueError(f"nodes[{i}].name: duplicate node {node.name!r}")
+            if node.gpus < 0:
+                raise ValueError(f"nodes[{i}].gpus: must be 0 or more, got {node.gpus!r}")
+            node_type[node.name] = node.instance_type
+            nodes_by_type[node.instance_type].append(node)
+
+        for i, team in enumerate(snapshot.teams):
+            if team.name in self.teams:
+                raise ValueError(f"teams[{i}].name: duplicate team {team.name!r}")
+            for it_name in sorted(team.quotas):
+                if it_name not in types:
+                    raise ValueError(f"teams[{i}].quotas: unknown instance type {it_name!r}")
+            if not 0 <= team.fair_share_weight <= 100:
+                raise ValueError(
+                    f"teams[{i}].fair_share_weight: must be 0..100, got {team.fair_share_weight!r}"
+                )
+            ts_team = TeamState(team, i)
+            for it_name in types:
+                ts_team.per_type[it_name] = TeamType(team_limits(team, it_name))
+            self.teams[team.name] = ts_team
+            self.team_list.append(ts_team)
+
+        weights = priority_weights(self.policy)
+        used: dict[str, int] = {}
+        seen: set[str] = set()
+        for i, job in enumerate(snapshot.jobs):
+            if job.id in seen:
+                raise ValueError(f"jobs[{i}].id: duplicate job id {job.id!r}")
+            seen.add(job.id)
+            if job.team not in self.teams:
+                raise ValueError(f"jobs[{i}].team: unknown team {job.team!r}")
+            if job.instance_type not in types:
+                raise ValueError(f"jobs[{i}].instance_type: unknown instance type {job.instance_type!r}")
+            if job.gpus <= 0:
+                raise ValueError(f"jobs[{i}].gpus: must be above 0, got {job.gpus!r}")
+            for name, gpus in job.nodes:
+                if node_type.get(name) != job.instance_type:
+                    raise ValueError(f"jobs[{i}].nodes: unknown node {name!r} of {job.instance_type}")
+                used[name] = used.get(name, 0) + gpus
+
+        for name, it in types.items():
+            nodes = nodes_by_type[name]
+            placement = Placement(it.gpus_per_node, nodes, used)
+            capacity = sum(n.gpus for n in nodes if n.ready)
+            self.types[name] = TypeState(name, placement, capacity, sum(n.gpus for n in nodes))
+
+        # Pools (POLICY.md 2): lendable quota plus, when shared, the capacity in no quota.
+        for name, ts in self.types.items():
+            quota_sum = sum(t.per_type[name].quota for t in self.team_list)
+            lendable_sum = sum(t.per_type[name].lendable for t in self.team_list)
+            unallocated = max(0, ts.capacity - quota_sum) if self.policy.share_unallocated else 0
+            ts.pool = lendable_sum + unallocated
+            self.pool_total += ts.pool
+
+        for job in snapshot.jobs:
+            owner = self.teams[job.team]
+            prio = 0 if job.priority_class is None else weights.get(job.priority_class, 0)
+            rec = JobRecord(
+                job=job,
+                team=owner,
+                tt=owner.per_type[job.instance_type],
+                ts=self.types[job.instance_type],
+                gpus=job.gpus,
+                priority=prio,
+                order_key=(-prio, job.submit_time, job.seq, job.id),
+                victim_key=victim_key(prio, job),
+                nodes=job.nodes,
+                preemptions=job.preemptions,
+                last_preempted_at=job.last_preempted_at,
+                was_running=job.running,
+            )
+            self.records.append(rec)
+            if job.running:
+                self._change_usage(rec, rec.gpus)
+                rec.tt.candidates.append(rec)
+        for team_state in self.team_list:
+            for tt in team_state.per_type.values():
+                tt.candidates.sort(key=lambda r: r.victim_key)
+
+    # -- accounting --------------------------------------------------------------------
+    def _change_usage(self, rec: JobRecord, delta: int) -> None:
+        tt, ts, team = rec.tt, rec.ts, rec.team
+        old = tt.usage
+        new = old + delta
+        kept = tt.kept
+        ts.pool_used += max(0, new - kept) - max(0, old - kept)
+        if tt.holding:
+            before = tt.unused_lendable()
+            tt.usage = new
+            ts.held += tt.unused_lendable() - before
+        tt.usage = new
+        team.borrowed += max(0, new - tt.quota) - max(0, old - tt.quota)
+        ts.running += delta
+
+    def pool_available(self, tt: TeamType, ts: TypeState) -> int:
+        """What the pool can still give team ``tt``: capacity held by other teams excluded."""
+        held_by_others = ts.held - (tt.unused_lendable() if tt.holding else 0)
+        return ts.pool - ts.pool_used - held_by_others
+
+    def fits(self, rec: JobRecord, within_quota: bool = False) -> bool:
+        """POLICY.md 2 "fits"; with ``within_quota`` the team must also end within its quota."""
+        tt, ts, g = rec.tt, rec.ts, rec.gpus
+        after = tt.usage + g
+        if within_quota or tt.max_use is not None:
+            limit = tt.quota if within_quota else tt.max_use
+            if limit is not None and after > limit:
+                return False
+        kept = tt.kept
+        above = max(0, after - kept) - max(0, tt.usage - kept)
+        if above and above > self.pool_available(tt, ts):
+            return False
+        if ts.running + g > ts.capacity:
+            return False
+        return ts.placement.can_place(g)
+
+    def start(self, rec: JobRecord) -> NodeShare:
+        """Put a job that fits on its nodes (best fit) and count it."""
+        nodes = rec.ts.placement.place(rec.gpus)
+        if nodes is None:  # pragma: no cover - fits() checked placement just before
+            raise RuntimeError(f"no placement for {rec.job.id} after a successful fit test")
+        rec.nodes = nodes
+        self._change_usage(rec, rec.gpus)
+        return nodes
+
+    def remove(self, rec: JobRecord) -> None:
+        """Take a running job off its nodes (a preemption, or a trial of one)."""
+        rec.ts.placement.give(rec.nodes)
+        self._change_usage(rec, -rec.gpus)
+
+    def restore(self, rec: JobRecord) -> None:
+        """Undo ``remove``: put the job back on the same nodes."""
+        rec.ts.placement.take(rec.nodes)
+        self._change_usage(rec, rec.gpus)
+
+    def hold(self, tt: TeamType, ts: TypeState) -> bool:
+        """POLICY.md 3.3: take the team's unused lendable quota out of the pool for this cycle.
+
+        Returns whether anything changed (the team was not holding yet)."""
+        if tt.holding:
+            return False
+        tt.holding = True
+        ts.held += tt.unused_lendable()
+        return True
+
+    # -- shares ------------------------------------------------------------------------
+    def share(self, team: TeamState, extra_borrowed: int = 0) -> ShareKey:
+        return share_key(team.borrowed + extra_borrowed, team.weight, self.pool_total)
+
+    def share_with(self, rec: JobRecord) -> ShareKey:
+        """The share of the job's team once the job runs (POLICY.md 3.2 and 4)."""
+        tt = rec.tt
+        extra = max(0, tt.usage + rec.gpus - tt.quota) - max(0, tt.usage - tt.quota)
+        return share_key(rec.team.borrowed + extra, rec.team.weight, self.pool_total)
+
+    # -- reasons (POLICY.md section 5, from step 4 on) ------------------------------------
+    def reason(self, rec: JobRecord) -> PendingReason:
+        """Why a job that does not fit now stays pending: the first applicable of section 5
+        after ``team-inactive``, ``exceeds-max`` and ``blocked-by-fifo``."""
+        tt, ts, g = rec.tt, rec.ts, rec.gpus
+        team = rec.team.team.name
+        it = ts.name
+        usage = tt.usage
+        if tt.may_borrow and tt.max_use is not None and usage + g > tt.max_use:
+            return PendingReason(
+                PendingCode.BORROW_LIMIT,
+                f"{team} uses {usage} of its {tt.max_use} GPU limit on {it} "
+                f"(quota {tt.quota} + borrow limit {tt.borrow}); {g} more would exceed it",
+            )
+        if not tt.may_borrow and usage + g > tt.quota:
+            return PendingReason(
+                PendingCode.WAITING_FOR_QUOTA,
+                f"{team} uses {usage} of its {tt.quota} GPU quota on {it} and may not borrow; {g} more requested",
+            )
+        kept = tt.kept
+        above = max(0, usage + g - kept) - max(0, usage - kept)
+        available = self.pool_available(tt, ts)
+        if above and above > available:
+            idle = max(0, available)
+            if usage + g <= tt.quota:
+                held = ts.held - (tt.unused_lendable() if tt.holding else 0)
+                lent = max(0, ts.pool_used - sum_own_pool_use(tt))
+                return PendingReason(
+                    PendingCode.WAITING_FOR_QUOTA,
+                    f"{team} uses {usage} of its {tt.quota} GPU quota on {it}; its lendable quota is lent "
+                    f"out ({_gpus(lent)} of the pool borrowed, {_gpus(max(0, held))} held for reclaiming "
+                    f"teams) and may not be reclaimed now; {_gpus(idle)} idle in the pool, {above} needed",
+                )
+            uses = (
+                f"uses {usage} GPUs on {it} (no borrow limit)"
+                if tt.max_use is None
+                else f"uses {usage} of its {tt.max_use} GPU limit on {it}"
+            )
+            return PendingReason(
+                PendingCode.NO_IDLE_CAPACITY,
+                f"{team} {uses}; {_gpus(idle)} idle in the pool, {above} needed",
+            )
+        if ts.running + g > ts.capacity:
+            lost = ts.capacity_ever - ts.capacity
+            return PendingReason(
+                PendingCode.CAPACITY_LOST,
+                f"{ts.running} of the {_gpus(ts.capacity)} ready on {it} are in use "
+                f"({_gpus(lost)} on nodes not ready); {g} more requested",
+            )
+        largest = ts.placement.largest_free()
+        if g > ts.placement.gpus_per_node:
+            detail = f"{_gpus(ts.placement.empty_gpus)} on whole free nodes"
+        else:
+            detail = f"at most {_gpus(largest)} free on one node"
+        return PendingReason(
+            PendingCode.FRAGMENTED,
+            f"{_gpus(ts.placement.free_ready)} free on ready {it} nodes but no placement for {g}: {detail}",
+        )
+
+
+def sum_own_pool_use(tt: TeamType) -> int:
+    """The team's own use of the pool (its usage above ``kept``)."""
+    return max(0, tt.usage - tt.kept)
+
+
+# -- can never fit (POLICY.md section 2) --------------------------------------------------
+def _pool_ever(teams: Sequence[Team], it: str, capacity_ever: int, share_unallocated: bool) -> int:
+    limits = [team_limits(t, it) for t in teams]
+    unallocated = max(0, capacity_ever - sum(lim.quota for lim in limits)) if share_unallocated else 0
+    return sum(lim.lendable for lim in limits) + unallocated
+
+
+def never_fit_reason(
+    *,
+    team: str,
+    instance_type: str,
+    gpus: int,
+    gpus_per_node: int,
+    limits: Limits,
+    pool_ever: int,
+    node_gpus: Sequence[int],
+) -> PendingReason | None:
+    """``exceeds-max`` when ``gpus`` can never fit; the numbers go in the message."""
+    if gpus > gpus_per_node and gpus % gpus_per_node:
+        return PendingReason(
+            PendingCode.EXCEEDS_MAX,
+            f"{gpus} GPUs is more than one {instance_type} node ({gpus_per_node} GPUs) and not a whole "
+            f"number of nodes: ask for a multiple of {gpus_per_node}",
+        )
+    max_use = limits.max_use
+    if max_use is not None and gpus > max_use:
+        return PendingReason(
+            PendingCode.EXCEEDS_MAX,
+            f"{gpus} GPUs of {instance_type} asked; {team} may use at most {max_use} "
+            f"(quota {limits.quota} + borrow limit {limits.borrow})",
+        )
+    if gpus > limits.kept + pool_ever:
+        return PendingReason(
+            PendingCode.EXCEEDS_MAX,
+            f"{gpus} GPUs of {instance_type} asked; {team} can reach at most {limits.kept + pool_ever} "
+            f"({limits.kept} kept + a pool of {pool_ever})",
+        )
+    if gpus <= gpus_per_node:
+        biggest = max(node_gpus, default=0)
+        if gpus > biggest:
+            return PendingReason(
+                PendingCode.EXCEEDS_MAX,
+                f"{gpus} GPUs of {instance_type} asked; the largest node has {biggest}",
+            )
+    else:
+        whole = sum(n for n in node_gpus if n >= gpus_per_node)
+        if gpus > whole:
+            return PendingReason(
+                PendingCode.EXCEEDS_MAX,
+                f"{gpus} GPUs of {instance_type} asked; the cluster has {whole} on its nodes",
+            )
+    return None
+
+
+class NeverFitJudge:
+    """``never_fit_reason`` for many jobs of one snapshot, computing each team's bounds once."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+        self._types = {it.name: it for it in snapshot.instance_types}
+        self._teams = {t.name: t for t in snapshot.teams}
+        self._node_gpus: dict[str, list[int]] = {}
+        for node in snapshot.nodes:
+            self._node_gpus.setdefault(node.instance_type, []).append(node.gpus)
+        self._pool: dict[str, int] = {}
+        self._limits: dict[tuple[str, str], Limits] = {}
+        self._cache: dict[tuple[str, str, int], PendingReason | None] = {}
+
+    def judge(self, team: str, instance_type: str, gpus: int) -> PendingReason | None:
+        key = (team, instance_type, gpus)
+        if key in self._cache:
+            return self._cache[key]
+        if team not in self._teams:
+            raise ValueError(f"job.team: unknown team {team!r}")
+        if instance_type not in self._types:
+            raise ValueError(f"job.instance_type: unknown instance type {instance_type!r}")
+        if gpus <= 0:
+            raise ValueError(f"job.gpus: must be above 0, got {gpus!r}")
+        node_gpus = self._node_gpus.get(instance_type, [])
+        if instance_type not in self._pool:
+            self._pool[instance_type] = _pool_ever(
+                self._snapshot.teams, instance_type, sum(node_gpus), self._snapshot.policy.share_unallocated
+            )
+        lkey = (team, instance_type)
+        if lkey not in self._limits:
+            self._limits[lkey] = team_limits(self._teams[team], instance_type)
+        result = never_fit_reason(
+            team=team,
+            instance_type=instance_type,
+            gpus=gpus,
+            gpus_per_node=self._types[instance_type].gpus_per_node,
+            limits=self._limits[lkey],
+            pool_ever=self._pool[instance_type],
+            node_gpus=node_gpus,
+        )
+        self._cache[key] = result
+        return result
+
+
+def never_fits(snapshot: Snapshot, job: Job) -> PendingReason | None:
+    """POLICY.md 2 "can never fit", judged on ``snapshot`` (its teams, policy and nodes).
+
+    Returns ``exceeds-max`` with the numbers when ``job.gpus`` exceeds the team's ``max_use``,
+    or ``kept + pool``, or what the nodes (ready or not) could ever hold; also when a job larger
+    than one node is not a whole number of nodes (its own message, same code). None when it may
+    fit some day. Raises ``ValueError`` naming the field for an unknown team or instance type,
+    or GPUs not above 0.
+    """
+    return NeverFitJudge(snapshot).judge(job.team, job.instance_type, job.gpus)
