@@ -1,0 +1,359 @@
+"""The governance policy as the importers and exporters see it: read once from the database,
+compared with an imported policy field by field, and the difference applied in one transaction.
+
+An import says only what its format can express: fields it does not mention keep their values
+(a team's ``reclaim`` is not touched by a HyperPod import), and a list it does not carry
+(``priority_classes=None``) is left alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Prefetch, Sum
+
+from allocations.models import Cluster, ClusterPolicy, InstanceType, Node, PriorityClass, Team, TeamQuota
+from allocations.services import audit
+from allocations.services import policy as policy_services
+
+# The fields an import may set, in the order the preview lists them.
+CLUSTER_POLICY_FIELDS = ("idle_allocation", "task_ranking", "share_unallocated", "queueing")
+TEAM_FIELDS = (
+    "display_name",
+    "active",
+    "fair_share_weight",
+    "sharing",
+    "preempt_team_tasks",
+    "reclaim",
+    "preempt_while_borrowing",
+    "preempt_while_borrowing_max_priority",
+)
+QUOTA_FIELDS = ("quota", "borrow_limit_kind", "borrow_limit_percent", "borrow_limit", "lend_limit")
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyState:
+    """The policy as it is now: rows loaded with their relations, in a constant number of
+    queries. ``capacity`` is the GPUs of every node of each instance type (ready or not): the
+    most any team could ever use of it."""
+
+    cluster: Cluster | None
+    policy: ClusterPolicy
+    priority_classes: tuple[PriorityClass, ...]
+    instance_types: tuple[InstanceType, ...]
+    capacity: dict[str, int]
+    teams: tuple[Team, ...]
+
+    def quotas(self, team: Team) -> list[TeamQuota]:
+        """The team's quotas (prefetched), by instance type name."""
+        return sorted(team.quotas.all(), key=lambda q: q.instance_type.name)
+
+
+def read_policy() -> PolicyState:
+    """The whole policy from the database (five queries whatever its size)."""
+    cluster = Cluster.objects.select_related("policy").filter(pk=1).first()
+    policy = getattr(cluster, "policy", None) if cluster else None
+    if policy is None:
+        policy = ClusterPolicy()  # unsaved: the defaults, for a database without a cluster yet
+    capacity = {
+        row["instance_type__name"]: row["gpus"] or 0
+        for row in Node.objects.values("instance_type__name").annotate(gpus=Sum("gpus"))
+    }
+    teams = Team.objects.prefetch_related(
+        Prefetch("quotas", queryset=TeamQuota.objects.select_related("instance_type"))
+    ).order_by("name")
+    return PolicyState(
+        cluster=cluster,
+        policy=policy,
+        priority_classes=tuple(PriorityClass.objects.order_by("-weight", "name")),
+        instance_types=tuple(InstanceType.objects.order_by("name")),
+        capacity=capacity,
+        teams=tuple(teams),
+    )
+
+
+# --- An imported policy --------------------------------------------------------------------------
+@dataclass(slots=True)
+class QuotaSettings:
+    """The settings an import gives for one team and instance type (``None``: keep)."""
+
+    instance_type: str
+    values: dict[str, Any]
+    path: str = ""  # where the import gave it, for errors found when applying
+
+
+@dataclass(slots=True)
+class TeamSettings:
+    """One team of an import: the fields it sets and, unless ``quotas`` is None, its complete
+    set of quotas (a quota of the team that is not listed is deleted)."""
+
+    name: str
+    values: dict[str, Any]
+    quotas: list[QuotaSettings] | None = None
+    path: str = ""
+
+
+@dataclass(slots=True)
+class ImportedPolicy:
+    """What an import sets. ``priority_classes`` (name -> weight), when given, is the complete
+    set: classes not in it are deleted. Teams not listed are left as they are."""
+
+    cluster_policy: dict[str, Any] = field(default_factory=dict)
+    priority_classes: dict[str, int] | None = None
+    teams: list[TeamSettings] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One line of the preview: an object created, deleted, or one field of it changed."""
+
+    action: str  # create, update, delete
+    object_type: str  # cluster policy, priority class, team, team quota
+    object_repr: str
+    field: str = ""
+    old: str = ""
+    new: str = ""
+
+
+def _text(value: Any) -> str:
+    return audit.value_text(value)
+
+
+def diff(imported: ImportedPolicy, state: PolicyState | None = None) -> list[Change]:
+    """The changes that applying ``imported`` makes, per object and field, in a stable order."""
+    state = state or read_policy()
+    changes: list[Change] = []
+
+    # 1. The cluster policy (created with the cluster when the database has none).
+    for name, new in imported.cluster_policy.items():
+        old = getattr(state.policy, name)
+        if old != new:
+            changes.append(Change("update", "cluster policy", "cluster policy", name, _text(old), _text(new)))
+
+    # 2. Priority classes: the import's set replaces the current one.
+    if imported.priority_classes is not None:
+        current = {pc.name: pc for pc in state.priority_classes}
+        for name, weight in imported.priority_classes.items():
+            if name not in current:
+                changes.append(Change("create", "priority class", name, "weight", "", _text(weight)))
+            elif current[name].weight != weight:
+                changes.append(
+                    Change(
+                        "update", "priority class", name, "weight", _text(current[name].weight), _text(weight)
+                    )
+                )
+        for name, pc in current.items():
+            if name not in imported.priority_classes:
+                changes.append(Change("delete", "priority class", name, "weight", _text(pc.weight), ""))
+
+    # 3. Teams and their quotas.
+    teams = {team.name: team for team in state.teams}
+    for settings in imported.teams:
+        team = teams.get(settings.name)
+        if team is None:
+            changes.extend(
+                Change("create", "team", settings.name, name, "", _text(settings.values[name]))
+                for name in TEAM_FIELDS
+                if name in settings.values
+            )
+        else:
+            for name, new in settings.values.items():
+                old = getattr(team, name)
+                if old != new:
+                    changes.append(Change("update", "team", team.name, name, _text(old), _text(new)))
+        if settings.quotas is None:
+            continue
+        current_quotas = {q.instance_type.name: q for q in state.quotas(team)} if team else {}
+        for quota in settings.quotas:
+            label = f"{settings.name} / {quota.instance_type}"
+            existing = current_quotas.get(quota.instance_type)
+            values = _quota_values(quota, existing)
+            for name in QUOTA_FIELDS:
+                if name not in values:
+                    continue
+                if existing is None:
+                    changes.append(Change("create", "team quota", label, name, "", _text(values[name])))
+                elif getattr(existing, name) != values[name]:
+                    changes.append(
+                        Change(
+                            "update",
+                            "team quota",
+                            label,
+                            name,
+                            _text(getattr(existing, name)),
+                            _text(values[name]),
+                        )
+                    )
+        listed = {q.instance_type for q in settings.quotas}
+        for type_name, existing in current_quotas.items():
+            if type_name not in listed and not _is_default(existing):
+                changes.append(
+                    Change(
+                        "delete",
+                        "team quota",
+                        f"{settings.name} / {type_name}",
+                        "quota",
+                        _text(existing.quota),
+                        "",
+                    )
+                )
+    return changes
+
+
+def _quota_values(quota: QuotaSettings, existing: TeamQuota | None) -> dict[str, Any]:
+    """The values an imported quota gives, plus a lend limit lowered to a lowered quota: the
+    database refuses ``lend_limit > quota`` and the import cannot say what the limit should be,
+    so it shrinks with the quota (the preview shows it)."""
+    values = dict(quota.values)
+    lend_limit = existing.lend_limit if existing else None
+    if (
+        "lend_limit" not in values
+        and lend_limit is not None
+        and "quota" in values
+        and values["quota"] < lend_limit
+    ):
+        values["lend_limit"] = values["quota"]
+    return values
+
+
+def changes_digest(changes: Iterable[Change]) -> str:
+    """A fingerprint of a preview: applying checks the changes are still the ones shown."""
+    payload = json.dumps([list(_astuple(c)) for c in changes], sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _astuple(change: Change) -> tuple[str, ...]:
+    return (change.action, change.object_type, change.object_repr, change.field, change.old, change.new)
+
+
+def _is_default(quota: TeamQuota) -> bool:
+    """A quota row that says no more than a missing one (quota 0, default limits)."""
+    return all(getattr(quota, name) == value for name, value in policy_services.QUOTA_DEFAULTS.items())
+
+
+# --- Apply ---------------------------------------------------------------------------------------
+class ApplyRefused(Exception):
+    """A service refused a change: the messages, each with the JSON path it came from."""
+
+    def __init__(self, messages: list[str]) -> None:
+        super().__init__("; ".join(messages))
+        self.messages = messages
+
+
+def apply(imported: ImportedPolicy, *, actor: Any) -> list[Change]:
+    """Apply an import in one transaction through the policy services (which check every rule,
+    write the audit trail and ask for an allocation cycle once committed). Any refusal rolls
+    everything back and raises ApplyRefused. Returns the changes made."""
+    try:
+        with transaction.atomic():
+            return _apply(imported, actor=actor)
+    except ValidationError as exc:
+        raise ApplyRefused(_messages(exc, getattr(exc, "gpugov_path", ""))) from exc
+
+
+def _messages(exc: ValidationError, path: str) -> list[str]:
+    where = f"{path}: " if path else ""
+    if hasattr(exc, "message_dict"):
+        return [
+            f"{where}{field}: {message}"
+            for field, messages in exc.message_dict.items()
+            for message in messages
+        ]
+    return [f"{where}{message}" for message in exc.messages]
+
+
+def _at(path: str, call: Any, **kwargs: Any) -> Any:
+    """Call a service; a refusal carries the import's path of what it was applying."""
+    try:
+        return call(**kwargs)
+    except ValidationError as exc:
+        exc.gpugov_path = path  # type: ignore[attr-defined]
+        raise
+
+
+def _apply(imported: ImportedPolicy, *, actor: Any) -> list[Change]:
+    # 1. Read the policy inside the transaction: the diff is what this transaction changes.
+    list(Team.objects.select_for_update().values_list("pk", flat=True))
+    state = read_policy()
+    changes = diff(imported, state)
+    if not changes:
+        return changes
+
+    # 2. The cluster policy (the service creates the cluster on an empty installation).
+    policy_changes = {
+        name: value for name, value in imported.cluster_policy.items() if getattr(state.policy, name) != value
+    }
+    if policy_changes or (imported.cluster_policy and state.cluster is None):
+        _at("ClusterSchedulerConfig", policy_services.cluster_policy_update, actor=actor, **policy_changes)
+
+    # 3. Priority classes: deletions first, so that the 32-class cap counts the new set.
+    if imported.priority_classes is not None:
+        current = {pc.name: pc for pc in state.priority_classes}
+        for name, pc in current.items():
+            if name not in imported.priority_classes:
+                policy_services.priority_class_delete(actor=actor, priority_class=pc)
+        for i, (name, weight) in enumerate(imported.priority_classes.items()):
+            path = f"ClusterSchedulerConfig.SchedulerConfig.PriorityClasses[{i}]"
+            if name not in current:
+                _at(path, policy_services.priority_class_create, actor=actor, name=name, weight=weight)
+            elif current[name].weight != weight:
+                _at(
+                    path,
+                    policy_services.priority_class_update,
+                    actor=actor,
+                    priority_class=current[name],
+                    weight=weight,
+                )
+
+    # 4. Teams, then each team's complete set of quotas.
+    teams = {team.name: team for team in state.teams}
+    types = {t.name: t for t in state.instance_types}
+    for settings in imported.teams:
+        team = teams.get(settings.name)
+        if team is None:
+            team = _at(
+                settings.path, policy_services.team_create, actor=actor, name=settings.name, **settings.values
+            )
+        else:
+            team_changes = {k: v for k, v in settings.values.items() if getattr(team, k) != v}
+            if team_changes:
+                team = _at(settings.path, policy_services.team_update, actor=actor, team=team, **team_changes)
+        if settings.quotas is None:
+            continue
+        existing = (
+            {q.instance_type.name: q for q in state.quotas(teams[settings.name])}
+            if settings.name in teams
+            else {}
+        )
+        for quota in settings.quotas:
+            values = _quota_values(quota, existing.get(quota.instance_type))
+            current = existing.get(quota.instance_type)
+            if current is not None and all(getattr(current, k) == v for k, v in values.items()):
+                continue
+            _at(
+                quota.path,
+                policy_services.team_quota_set,
+                actor=actor,
+                team=team,
+                instance_type=types[quota.instance_type],
+                **values,
+            )
+        listed = {q.instance_type for q in settings.quotas}
+        for type_name, current in existing.items():
+            if type_name not in listed and not _is_default(current):
+                _at(
+                    settings.path,
+                    policy_services.team_quota_set,
+                    actor=actor,
+                    team=team,
+                    instance_type=types[type_name],
+                    **policy_services.QUOTA_DEFAULTS,
+                )
+    return changes
