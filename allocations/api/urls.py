@@ -1,3 +1,28 @@
-from django.urls import URLPattern
+"""API URLs, included by ``allocations/urls.py`` at ``api/``: ``/api/v1/...``, the OpenAPI schema
+at ``/api/schema/`` and interactive docs at ``/api/docs/`` (Swagger UI served locally)."""
 
-urlpatterns: list[URLPattern] = []
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.authtoken.views import obtain_auth_token
+from rest_framework.routers import DefaultRouter
+
+from . import views
+
+router = DefaultRouter()
+router.register("teams", views.TeamViewSet, basename="team")
+router.register("quotas", views.QuotaViewSet, basename="quota")
+router.register("instance-types", views.InstanceTypeViewSet, basename="instance-type")
+router.register("nodes", views.NodeViewSet, basename="node")
+router.register("priority-classes", views.PriorityClassViewSet, basename="priority-class")
+router.register("policy", views.ClusterPolicyViewSet, basename="policy")
+router.register("jobs", views.JobViewSet, basename="job")
+router.register("job-events", views.JobEventViewSet, basename="job-event")
+router.register("pending-reasons", views.PendingReasonViewSet, basename="pending-reason")
+router.register("usage", views.UsageViewSet, basename="usage")
+
+urlpatterns = [
+    path("v1/auth/token/", obtain_auth_token, name="api-token"),
+    path("v1/", include(router.urls)),
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="allocations:api-schema"), name="api-docs"),
+]

@@ -1,3 +1,272 @@
-from django.urls import URLPattern
+"""Team self-service pages: my teams, a team's queue, submitting, a job's history, members.
 
-urlpatterns: list[URLPattern] = []
+Each view: access (``access.py``: 404 for what the user may not see, 403 for what they see but
+may not change) -> form/service -> redirect or render. The queue and job pages poll their
+``live`` fragment (``static/js/live.js``) so they update without a reload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import path
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from allocations import access
+from allocations.choices import Role
+from allocations.forms.jobs import JobSubmitForm, MembershipAddForm, MembershipRoleForm
+from allocations.models import Job, Membership, Team
+from allocations.selectors import jobs as job_selectors
+from allocations.selectors.estimates import estimated_starts
+from allocations.selectors.snapshot import build_snapshot
+from allocations.services import jobs as job_services
+
+# How often the queue and job pages poll their fragment (milliseconds).
+LIVE_INTERVAL_MS = 3000
+
+
+def _team(request: HttpRequest, name: str) -> Team:
+    return access.get_visible_or_404(request.user, Team.objects.all(), name=name)
+
+
+def _job(request: HttpRequest, pk: int) -> Job:
+    return access.get_visible_or_404(
+        request.user,
+        Job.objects.select_related("team", "instance_type", "priority_class", "submitter"),
+        pk=pk,
+    )
+
+
+def _put_errors_on_form(form: Any, exc: ValidationError) -> None:
+    """A service's ValidationError, keyed by field, shown on the form's fields."""
+    if hasattr(exc, "error_dict"):
+        for field, errors in exc.message_dict.items():
+            form.add_error(field if field in form.fields else None, errors)
+    else:
+        form.add_error(None, exc.messages)
+
+
+@login_required
+@require_GET
+def my_teams(request: HttpRequest) -> HttpResponse:
+    rows = job_selectors.my_teams(request.user)
+    labels = dict(Role.choices)
+    for row in rows:
+        row["role_label"] = labels.get(row["role"], row["role"])
+    return render(request, "teams/my_teams.html", {"rows": rows})
+
+
+def _queue_context(request: HttpRequest, team: Team) -> dict[str, Any]:
+    now = timezone.now()
+    snapshot = build_snapshot(now)
+    queue = job_selectors.team_queue(
+        team, now=now, snapshot=snapshot, estimates=estimated_starts(snapshot, now)
+    )
+    return {
+        "team": team,
+        "queue": queue,
+        "now": now,
+        "can_submit": access.can_submit(request.user, team),
+        "can_manage_members": access.can_manage_members(request.user, team),
+        "manageable": {
+            row.job.pk
+            for row in (*queue.running, *queue.pending)
+            if access.can_manage_job(request.user, row.job)
+        },
+        "live_interval": LIVE_INTERVAL_MS,
+    }
+
+
+@login_required
+@require_GET
+def team_queue(request: HttpRequest, team: str) -> HttpResponse:
+    obj = _team(request, team)
+    return render(request, "teams/queue.html", _queue_context(request, obj))
+
+
+@login_required
+@require_GET
+def team_queue_live(request: HttpRequest, team: str) -> HttpResponse:
+    """The queue's fragment, polled by the page every few seconds."""
+    obj = _team(request, team)
+    return render(request, "teams/_queue.html", _queue_context(request, obj))
+
+
+@login_required
+def job_submit(request: HttpRequest, team: str) -> HttpResponse:
+    obj = _team(request, team)
+    access.require(access.can_submit(request.user, obj), f"Viewers of {obj.name} cannot submit jobs.")
+    form = JobSubmitForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            job = job_services.job_submit(
+                user=request.user,
+                team=obj,
+                name=data["name"],
+                instance_type=data["instance_type"],
+                gpus=data["gpus"],
+                priority_class=data["priority_class"],
+                command=data["command"],
+                image=data["image"],
+                requested_duration=data["requested_duration"],
+            )
+        except ValidationError as exc:
+            _put_errors_on_form(form, exc)
+        else:
+            messages.success(request, f"Job {job.name} (#{job.pk}) submitted.")
+            return redirect("allocations:job_detail", pk=job.pk)
+    status = 400 if request.method == "POST" else 200
+    return render(request, "teams/submit.html", {"team": obj, "form": form}, status=status)
+
+
+def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
+    return {
+        "job": job,
+        "events": job_selectors.job_history(job),
+        "can_manage": access.can_manage_job(request.user, job),
+        "live_interval": LIVE_INTERVAL_MS,
+    }
+
+
+@login_required
+@require_GET
+def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    job = _job(request, pk)
+    return render(request, "teams/job.html", _job_context(request, job))
+
+
+@login_required
+@require_GET
+def job_detail_live(request: HttpRequest, pk: int) -> HttpResponse:
+    job = _job(request, pk)
+    return render(request, "teams/_job.html", _job_context(request, job))
+
+
+@login_required
+@require_POST
+def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    job = _job(request, pk)
+    access.require(
+        access.can_manage_job(request.user, job), "Only its submitter or a team admin may cancel it."
+    )
+    try:
+        job_services.job_cancel(user=request.user, job=job)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"Job {job.name} (#{job.pk}) cancelled.")
+    return redirect("allocations:job_detail", pk=job.pk)
+
+
+@login_required
+@require_POST
+def job_resubmit(request: HttpRequest, pk: int) -> HttpResponse:
+    job = _job(request, pk)
+    access.require(
+        access.can_manage_job(request.user, job), "Only its submitter or a team admin may resubmit it."
+    )
+    access.require(access.can_submit(request.user, job.team), f"You cannot submit jobs to {job.team.name}.")
+    try:
+        new_job = job_services.job_resubmit(user=request.user, job=job)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect("allocations:job_detail", pk=job.pk)
+    messages.success(request, f"Resubmitted as job #{new_job.pk}.")
+    return redirect("allocations:job_detail", pk=new_job.pk)
+
+
+@login_required
+def team_members(request: HttpRequest, team: str) -> HttpResponse:
+    """The team's members: everyone who sees the team reads it; team admins add people."""
+    obj = _team(request, team)
+    can_manage = access.can_manage_members(request.user, obj)
+    form = MembershipAddForm(request.POST or None)
+    if request.method == "POST":
+        access.require(can_manage, f"Only team admins of {obj.name} manage its members.")
+        if form.is_valid():
+            try:
+                job_services.membership_add(
+                    actor=request.user,
+                    team=obj,
+                    user=form.cleaned_data["username"],
+                    role=form.cleaned_data["role"],
+                )
+            except ValidationError as exc:
+                _put_errors_on_form(form, exc)
+            else:
+                messages.success(
+                    request, f"{form.cleaned_data['username'].get_username()} added to {obj.name}."
+                )
+                return redirect("allocations:team_members", team=obj.name)
+    members = Membership.objects.filter(team=obj).select_related("user").order_by("user__username")
+    return render(
+        request,
+        "teams/members.html",
+        {"team": obj, "members": members, "form": form, "can_manage": can_manage, "roles": Role.choices},
+        status=400 if request.method == "POST" else 200,
+    )
+
+
+def _membership(request: HttpRequest, team: str, pk: int) -> Membership:
+    obj = _team(request, team)
+    membership = access.get_visible_or_404(
+        request.user, Membership.objects.select_related("team", "user"), pk=pk, team=obj
+    )
+    access.require(
+        access.can_manage_members(request.user, obj), f"Only team admins of {obj.name} manage its members."
+    )
+    return membership
+
+
+@login_required
+@require_POST
+def membership_role(request: HttpRequest, team: str, pk: int) -> HttpResponse:
+    membership = _membership(request, team, pk)
+    form = MembershipRoleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, f"Unknown role {request.POST.get('role', '')!r}.")
+    else:
+        try:
+            job_services.membership_set_role(
+                actor=request.user, membership=membership, role=form.cleaned_data["role"]
+            )
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+        else:
+            messages.success(request, f"{membership.user.get_username()} is now {form.cleaned_data['role']}.")
+    return redirect("allocations:team_members", team=team)
+
+
+@login_required
+@require_POST
+def membership_remove(request: HttpRequest, team: str, pk: int) -> HttpResponse:
+    membership = _membership(request, team, pk)
+    try:
+        job_services.membership_remove(actor=request.user, membership=membership)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    else:
+        messages.success(request, f"{membership.user.get_username()} removed from {team}.")
+    return redirect("allocations:team_members", team=team)
+
+
+urlpatterns = [
+    path("my-teams/", my_teams, name="my_teams"),
+    path("teams/<slug:team>/", team_queue, name="team_queue"),
+    path("teams/<slug:team>/live/", team_queue_live, name="team_queue_live"),
+    path("teams/<slug:team>/submit/", job_submit, name="job_submit"),
+    path("teams/<slug:team>/members/", team_members, name="team_members"),
+    path("teams/<slug:team>/members/<int:pk>/role/", membership_role, name="membership_role"),
+    path("teams/<slug:team>/members/<int:pk>/remove/", membership_remove, name="membership_remove"),
+    path("jobs/<int:pk>/", job_detail, name="job_detail"),
+    path("jobs/<int:pk>/live/", job_detail_live, name="job_detail_live"),
+    path("jobs/<int:pk>/cancel/", job_cancel, name="job_cancel"),
+    path("jobs/<int:pk>/resubmit/", job_resubmit, name="job_resubmit"),
+]

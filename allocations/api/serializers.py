@@ -1,0 +1,250 @@
+"""Serializers of the REST API: the shape of every resource and field errors for bad input.
+
+Every error names the field (the key) and quotes the value that was sent, so a client can tell
+which of its values was refused and why. The rules themselves are the services'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from allocations import access
+from allocations.choices import JobState
+from allocations.models import (
+    ClusterPolicy,
+    InstanceType,
+    Job,
+    JobEvent,
+    Node,
+    PriorityClass,
+    Team,
+    TeamQuota,
+)
+from allocations.services.jobs import MAX_REQUESTED_DURATION
+
+
+def with_values(detail: Any, data: Any) -> Any:
+    """``detail`` (DRF's errors by field) with the value sent for each field appended to its
+    messages, e.g. ``{"gpus": ["Ensure this value is greater than or equal to 1. (got -2)"]}``."""
+    if not isinstance(detail, Mapping) or not isinstance(data, Mapping):
+        return detail
+    named: dict[str, Any] = {}
+    for field, messages in detail.items():
+        if field in data and isinstance(messages, list):
+            sent = data[field]
+            named[field] = [
+                msg if repr(sent) in str(msg) or str(sent) in str(msg) else f"{msg} (got {sent!r})"
+                for msg in messages
+            ]
+        else:
+            named[field] = messages
+    return named
+
+
+def drf_error(exc: DjangoValidationError) -> serializers.ValidationError:
+    """A service's ValidationError (keyed by field) as DRF's 400."""
+    if hasattr(exc, "error_dict"):
+        return serializers.ValidationError(exc.message_dict)
+    return serializers.ValidationError({"non_field_errors": exc.messages})
+
+
+class ErrorsQuoteValues:
+    """Mixin: field errors quote the value that was sent."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            return super().to_internal_value(data)  # type: ignore[misc]
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError(with_values(exc.detail, data)) from exc
+
+
+class InstanceTypeSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = InstanceType
+        fields = ["name", "gpus_per_node", "price_per_gpu_hour", "description"]
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    instance_type = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Node
+        fields = ["name", "instance_type", "gpus", "state", "state_since", "reason"]
+
+
+class PriorityClassSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = PriorityClass
+        fields = ["name", "weight", "description"]
+
+
+class ClusterPolicySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ClusterPolicy
+        fields = ["idle_allocation", "task_ranking", "share_unallocated", "queueing", "updated_at"]
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    role = serializers.SerializerMethodField(help_text="Your role in the team (empty for cluster admins)")
+
+    class Meta:
+        model = Team
+        fields = [
+            "name",
+            "display_name",
+            "active",
+            "fair_share_weight",
+            "sharing",
+            "preempt_team_tasks",
+            "reclaim",
+            "preempt_while_borrowing",
+            "preempt_while_borrowing_max_priority",
+            "role",
+        ]
+
+    def get_role(self, team: Team) -> str:
+        request = self.context.get("request")
+        return (access.role_in(request.user, team) or "") if request else ""
+
+
+class QuotaSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    instance_type = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = TeamQuota
+        fields = [
+            "team",
+            "instance_type",
+            "quota",
+            "borrow_limit_kind",
+            "borrow_limit_percent",
+            "borrow_limit",
+            "lend_limit",
+        ]
+
+
+class PendingReasonSerializer(serializers.Serializer):
+    """Why a pending job waits, in the engine's words with its numbers (POLICY.md section 5)."""
+
+    job = serializers.IntegerField(source="pk")
+    name = serializers.CharField()
+    team = serializers.CharField(source="team.name")
+    instance_type = serializers.CharField(source="instance_type.name")
+    gpus = serializers.IntegerField()
+    code = serializers.CharField(source="pending_reason_code")
+    message = serializers.CharField(source="pending_reason_message")
+
+
+class JobSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    instance_type = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    priority_class = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    submitter = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    pending_reason = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "team",
+            "name",
+            "submitter",
+            "instance_type",
+            "gpus",
+            "priority_class",
+            "command",
+            "image",
+            "requested_duration",
+            "state",
+            "submitted_at",
+            "started_at",
+            "finished_at",
+            "pending_reason",
+            "nodes",
+            "preemption_count",
+            "last_preempted_at",
+        ]
+        read_only_fields = fields
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+        }
+    )
+    def get_pending_reason(self, job: Job) -> dict[str, str] | None:
+        if job.state != JobState.PENDING or not job.pending_reason_code:
+            return None
+        return {"code": job.pending_reason_code, "message": job.pending_reason_message}
+
+
+class JobSubmitSerializer(ErrorsQuoteValues, serializers.Serializer):
+    """What a client sends to submit a job. ``team``: one of the teams you see."""
+
+    team = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Team.objects.all(),
+        error_messages={"does_not_exist": "No team called {value} that you can see."},
+    )
+    name = serializers.CharField(max_length=200)
+    instance_type = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=InstanceType.objects.all(),
+        error_messages={"does_not_exist": "No instance type is called {value}."},
+    )
+    gpus = serializers.IntegerField(min_value=1)
+    priority_class = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=PriorityClass.objects.all(),
+        required=False,
+        allow_null=True,
+        error_messages={"does_not_exist": "The policy defines no priority class called {value}."},
+        help_text="Default: the lowest class by weight.",
+    )
+    command = serializers.CharField(required=False, allow_blank=True, default="")
+    image = serializers.CharField(required=False, allow_blank=True, default="", max_length=300)
+    requested_duration = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=MAX_REQUESTED_DURATION, help_text="Seconds"
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:
+            # A team the user cannot see is "missing", exactly like one that does not exist.
+            self.fields["team"].queryset = access.visible_teams(request.user)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not (attrs.get("command", "").strip() or attrs.get("image", "").strip()):
+            raise serializers.ValidationError({"command": "Give a command or an image to run."})
+        return attrs
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    preemptor = serializers.PrimaryKeyRelatedField(read_only=True)
+
+    class Meta:
+        model = JobEvent
+        fields = ["id", "job", "kind", "at", "nodes", "reason", "preemptor", "message"]
+
+
+class UsageSerializer(serializers.Serializer):
+    """A team's quota and use of one instance type right now (POLICY.md section 2)."""
+
+    team = serializers.CharField()
+    instance_type = serializers.CharField()
+    quota = serializers.IntegerField()
+    used = serializers.IntegerField()
+    used_within_quota = serializers.IntegerField()
+    borrowed = serializers.IntegerField()
+    lent = serializers.FloatField()
+    idle_quota = serializers.FloatField()
+    pending_gpus = serializers.IntegerField()
+    pending_jobs = serializers.IntegerField()

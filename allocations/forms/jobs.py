@@ -1,0 +1,67 @@
+"""Forms of team self-service: submitting a job, adding and changing team members.
+
+They check the shape of the input and give field errors; the rules (whole nodes, "could never
+fit") are the service's, whose ValidationError the view puts back on the form's fields.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib.auth import get_user_model
+
+from allocations.choices import Role
+from allocations.models import InstanceType, PriorityClass
+from allocations.services.jobs import MAX_REQUESTED_DURATION, default_priority_class
+
+
+class JobSubmitForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    instance_type = forms.ModelChoiceField(
+        queryset=InstanceType.objects.order_by("name"), to_field_name="name"
+    )
+    gpus = forms.IntegerField(min_value=1, label="GPUs")
+    priority_class = forms.ModelChoiceField(
+        queryset=PriorityClass.objects.order_by("-weight", "name"),
+        to_field_name="name",
+        required=False,
+        help_text="Only the classes the cluster policy defines; the lowest by default.",
+    )
+    command = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
+    image = forms.CharField(max_length=300, required=False, help_text="A container image, e.g. pytorch:2.5")
+    requested_duration = forms.IntegerField(
+        min_value=1,
+        max_value=MAX_REQUESTED_DURATION,
+        required=False,
+        label="Requested duration (seconds)",
+        help_text="Used to estimate when queued jobs start.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        lowest = default_priority_class()
+        if lowest is not None and not self.is_bound:
+            self.initial.setdefault("priority_class", lowest.name)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if not (data.get("command", "").strip() or data.get("image", "").strip()):
+            self.add_error("command", "Give a command or an image to run.")
+        return data
+
+
+class MembershipAddForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+    def clean_username(self) -> Any:
+        username = self.cleaned_data["username"]
+        user = get_user_model().objects.filter(username=username, is_active=True).first()
+        if user is None:
+            raise forms.ValidationError(f"No active user is called {username!r}.")
+        return user
+
+
+class MembershipRoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)

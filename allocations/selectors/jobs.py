@@ -1,0 +1,127 @@
+"""Reads of team self-service: a team's queue, a job's history, the jobs the API lists.
+
+Every function returns rows with their related rows loaded, so the number of queries of a page
+or an API call does not grow with the number of jobs (STYLE.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import F, IntegerField, QuerySet, Value
+from django.db.models.functions import Coalesce
+
+from allocations import access, engine
+from allocations.choices import JobState
+from allocations.engine import TaskRanking
+from allocations.engine.accounting import TeamUsage, account_snapshot
+from allocations.models import ClusterPolicy, Job, JobEvent, Team, TeamQuota
+
+
+def task_ranking() -> TaskRanking:
+    """The cluster's ranking of jobs (POLICY.md section 1); the default when none is stored."""
+    value = ClusterPolicy.objects.filter(cluster_id=1).values_list("task_ranking", flat=True).first()
+    return TaskRanking(value) if value else TaskRanking.PRIORITY
+
+
+def with_related(queryset: QuerySet[Job]) -> QuerySet[Job]:
+    """Jobs with everything a list shows loaded in the same query."""
+    return queryset.select_related("team", "instance_type", "priority_class", "submitter")
+
+
+def in_team_order(queryset: QuerySet[Job], ranking: TaskRanking) -> QuerySet[Job]:
+    """POLICY.md section 3 step 1: priority (high first), then submit time, then id. Under
+    ``first-come-first-serve`` ranking every job ranks as priority 0."""
+    if ranking is TaskRanking.FIRST_COME_FIRST_SERVE:
+        priority: Any = Value(0, output_field=IntegerField())
+    else:
+        priority = Coalesce(F("priority_class__weight"), Value(0), output_field=IntegerField())
+    return queryset.annotate(rank_priority=priority).order_by("-rank_priority", "submitted_at", "pk")
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """One line of a team's queue page."""
+
+    job: Job
+    position: int
+    waiting_seconds: float | None  # pending: since submission; running: None
+    estimated_start: datetime | None
+    estimate_known: bool
+
+
+@dataclass(frozen=True)
+class TeamQueue:
+    team: Team
+    running: list[QueueRow]
+    pending: list[QueueRow]
+    usage: list[TeamUsage]
+
+
+def team_queue(
+    team: Team,
+    *,
+    now: datetime,
+    snapshot: engine.Snapshot,
+    estimates: dict[int, datetime | None] | None = None,
+) -> TeamQueue:
+    """The team's running and pending jobs in the team's order, with positions, and its quota,
+    usage, borrowed and lent per instance type in ``snapshot`` (the state right now).
+    ``estimates`` maps job ids to an estimated start (None, or missing: unknown)."""
+    estimates = estimates or {}
+    ranking = task_ranking()
+    active = with_related(Job.objects.filter(team=team, state__in=(JobState.RUNNING, JobState.PENDING)))
+    running: list[QueueRow] = []
+    pending: list[QueueRow] = []
+    for job in in_team_order(active, ranking):
+        if job.state == JobState.RUNNING:
+            running.append(QueueRow(job, len(running) + 1, None, job.started_at, True))
+        else:
+            known = job.pk in estimates and estimates[job.pk] is not None
+            pending.append(
+                QueueRow(
+                    job,
+                    len(pending) + 1,
+                    max(0.0, (now - job.submitted_at).total_seconds()),
+                    estimates.get(job.pk),
+                    known,
+                )
+            )
+    accounting = account_snapshot(snapshot)
+    usage = [row for row in accounting.teams if row.team == team.name]
+    # Only the instance types the team has a quota for or uses: a cluster may have many.
+    quota_types = set(TeamQuota.objects.filter(team=team).values_list("instance_type__name", flat=True))
+    usage = [row for row in usage if row.instance_type in quota_types or row.used or row.pending_jobs]
+    return TeamQueue(team=team, running=running, pending=pending, usage=usage)
+
+
+def job_history(job: Job) -> QuerySet[JobEvent]:
+    """Every event of the job, oldest first, with the preempting job and its team loaded."""
+    return (
+        JobEvent.objects.filter(job=job).select_related("preemptor", "preemptor__team").order_by("at", "pk")
+    )
+
+
+def my_teams(user: Any) -> list[dict[str, Any]]:
+    """The user's teams with their role and how many jobs run and wait (one query for the
+    teams, one for the counts)."""
+    teams = list(access.visible_teams(user).order_by("name"))
+    counts: dict[tuple[int, str], int] = {}
+    rows = (
+        Job.objects.filter(team__in=teams, state__in=(JobState.RUNNING, JobState.PENDING))
+        .values_list("team_id", "state")
+        .order_by()
+    )
+    for team_id, state in rows:
+        counts[(team_id, state)] = counts.get((team_id, state), 0) + 1
+    return [
+        {
+            "team": team,
+            "role": access.role_in(user, team) or ("cluster admin" if access.is_cluster_admin(user) else ""),
+            "running": counts.get((team.pk, JobState.RUNNING), 0),
+            "pending": counts.get((team.pk, JobState.PENDING), 0),
+        }
+        for team in teams
+    ]
