@@ -155,6 +155,9 @@ def _run(
 def _end(job: Job, changes: _Changes, seen: BackendJob, now: datetime) -> None:
     state, kind = ENDED[seen.state]
     at = _moment(seen.finished_at, now)
+    if job.started_at is not None and at < job.started_at:
+        # Clocks of the backend and of this host may differ: never end before the start.
+        at = job.started_at
     nodes = job.nodes or [list(pair) for pair in seen.nodes]
     message = (
         seen.reason if seen.exit_code in (None, 0) else f"exit code {seen.exit_code}; {seen.reason}".strip()
