@@ -489,8 +489,10 @@ def _read_quota(
         limited.add(type_name)
         quota = quotas.setdefault(
             type_name,
-            QuotaSettings(type_name, {"quota": 0, "borrow_limit_percent": percent}, path=item_path),
+            QuotaSettings(type_name, {"quota": 0}, path=item_path),
         )
+        # The percentage says nothing for a quota with a limit in GPUs: its stored one is kept.
+        quota.values.pop("borrow_limit_percent", None)
         if gpus >= unlimited_accelerators():
             quota.values.update(borrow_limit_kind="unlimited", borrow_limit=None)
         else:

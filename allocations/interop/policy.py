@@ -333,6 +333,12 @@ def _apply(imported: ImportedPolicy, *, actor: Any) -> list[Change]:
             else {}
         )
         for quota in settings.quotas:
+            if quota.instance_type not in types:  # deleted since the preview
+                gone = ValidationError(
+                    f"{quota.instance_type!r} is no longer an instance type of this cluster."
+                )
+                gone.gpugov_path = quota.path  # type: ignore[attr-defined]
+                raise gone
             values = _quota_values(quota, existing.get(quota.instance_type))
             current = existing.get(quota.instance_type)
             if current is not None and all(getattr(current, k) == v for k, v in values.items()):

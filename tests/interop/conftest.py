@@ -31,7 +31,9 @@ class RichPolicy:
         self.research = f.make_team("research", fair_share_weight=30, sharing="lend-and-borrow")
         self.quota(self.research, self.p5, quota=16, borrow_limit_percent=100)
         self.quota(self.research, self.g5, quota=4, borrow_limit_kind="absolute", borrow_limit=2)
-        self.serving = f.make_team("serving", fair_share_weight=70, sharing="dont-lend", preempt_team_tasks="never")
+        self.serving = f.make_team(
+            "serving", fair_share_weight=70, sharing="dont-lend", preempt_team_tasks="never"
+        )
         self.quota(self.serving, self.p5, quota=8, borrow_limit_percent=0)
         self.interns = f.make_team("interns", fair_share_weight=0, sharing="lend", active=False)
         self.quota(self.interns, self.g5, quota=0, borrow_limit_kind="unlimited")
@@ -42,7 +44,9 @@ class RichPolicy:
     def add_inexpressible(self) -> None:
         TeamQuota.objects.filter(team=self.research, instance_type=self.p5).update(lend_limit=10)
         Team.objects.filter(pk=self.research.pk).update(
-            reclaim="lower-priority", preempt_while_borrowing="never", preempt_team_tasks="lower-or-newer-equal-priority"
+            reclaim="lower-priority",
+            preempt_while_borrowing="never",
+            preempt_team_tasks="lower-or-newer-equal-priority",
         )
         Team.objects.filter(pk=self.serving.pk).update(preempt_while_borrowing_max_priority=40)
         # A second percentage in one team: HyperPod has one per team.

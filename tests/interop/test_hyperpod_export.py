@@ -59,7 +59,9 @@ def test_uses_the_configured_cluster_arn_without_a_warning(rich_policy):
 
 
 def test_maps_each_team_to_a_compute_quota(rich_policy):
-    quotas = {q["ComputeQuotaTarget"]["TeamName"]: q for q in hyperpod.export_policy().bundle["ComputeQuotas"]}
+    quotas = {
+        q["ComputeQuotaTarget"]["TeamName"]: q for q in hyperpod.export_policy().bundle["ComputeQuotas"]
+    }
     research = quotas["research"]
     assert research["Name"] == "research-quota"
     assert research["ActivationState"] == "Enabled"
@@ -110,7 +112,9 @@ def test_every_inexpressible_setting_is_a_warning(rich_policy):
 
 def test_a_second_percentage_becomes_the_same_absolute_cap(rich_policy):
     rich_policy.add_inexpressible()
-    quotas = {q["ComputeQuotaTarget"]["TeamName"]: q for q in hyperpod.export_policy().bundle["ComputeQuotas"]}
+    quotas = {
+        q["ComputeQuotaTarget"]["TeamName"]: q for q in hyperpod.export_policy().bundle["ComputeQuotas"]
+    }
     sharing = quotas["serving"]["ComputeQuotaConfig"]["ResourceSharingConfig"]
     # 75% of 4 GPUs is 3 GPUs: the same max_use as POLICY.md section 2's floor(quota * pct / 100).
     assert sharing["BorrowLimit"] == 0
