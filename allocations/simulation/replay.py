@@ -407,7 +407,7 @@ class Replay:
             run.preempted.append(PreemptionRecord(now, str(p.reason.value), p.preemptor))
             self._enqueue(run, now, requeued=True)
             # Back-off (POLICY.md 3.5): the job may preempt again from now + 2^(n-1): give it a cycle then.
-            heapq.heappush(self.ticks, now + 2 ** (run.preemptions - 1))
+            heapq.heappush(self.ticks, now + 2.0 ** min(run.preemptions - 1, 60))
         for s in plan.starts:
             run = self.by_id.get(s.job_id)
             if run is None or run.state != PENDING:

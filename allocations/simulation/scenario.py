@@ -606,6 +606,11 @@ def _read_job(
     )
 
 
+def _field(job: ScenarioJob, name: str) -> str:
+    """The path of one field of a job: ``jobs[3].gpus``, or ``jobs_csv line 17 (gpus)``."""
+    return f"{job.path}.{name}" if job.path.startswith("jobs[") else f"{job.path} ({name})"
+
+
 def team_name_from_trace(value: str) -> str:
     """A trace's team value made a team name the way a person would expect (SCENARIO.md):
     lowercased, every run of characters other than a-z, 0-9 and '-' replaced by '-'."""
@@ -980,15 +985,19 @@ def parse_scenario(
     if r.errors:
         raise ScenarioError(r.errors)
 
+    not_whole = set()
     for job in jobs:
         per_node = types[job.instance_type].gpus_per_node
         if job.gpus > per_node and job.gpus % per_node:
+            not_whole.add(job.id)
             r.bad(
-                f"{job.path}.gpus",
+                _field(job, "gpus"),
                 f"a job larger than one node must ask for whole nodes (multiples of {per_node} on {job.instance_type})",
                 job.gpus,
             )
-    events, rejected = _sweep(r, jobs, raw_events, nodes, types_list, teams, policy, keep_unfit, never_fits)
+    events, rejected = _sweep(
+        r, jobs, raw_events, nodes, types_list, teams, policy, keep_unfit, never_fits, not_whole
+    )
     if r.errors:
         raise ScenarioError(r.errors)
     return Scenario(
@@ -1017,6 +1026,7 @@ def _sweep(
     policy: ClusterPolicy,
     keep_unfit: bool,
     never_fits: NeverFits | None,
+    unjudged: set[str],
 ) -> tuple[list[Event], dict[str, PendingReason]]:
     """Walk the timeline once: resolve the events into complete teams/policies, check their
     node counts and cancelled ids, and judge every job "can never fit" at its submit time with
@@ -1032,7 +1042,9 @@ def _sweep(
     rejected: dict[str, PendingReason] = {}
     verdicts: dict[tuple[str, str, int, str | None], PendingReason | None] = {}
     snapshot: Snapshot | None = None
-    order = sorted((j for j in jobs if j.running_since is None), key=lambda j: (j.submit, j.seq))
+    order = sorted(
+        (j for j in jobs if j.running_since is None and j.id not in unjudged), key=lambda j: (j.submit, j.seq)
+    )
     e = 0
     for job in [*order, None]:
         # Apply every event at or before this job's submit time (all of them after the last job).
@@ -1078,7 +1090,7 @@ def _sweep(
             rejected[job.id] = verdict
         else:
             r.error(
-                f"{job.path}.gpus",
+                _field(job, "gpus"),
                 f"job {job.id!r} can never fit (submitted at {job.submit:g}): {verdict.message}; "
                 "use --keep-unfit to keep it as rejected",
             )

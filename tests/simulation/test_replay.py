@@ -1,0 +1,238 @@
+"""The replay's clock, events and metrics, on scenarios whose outcome is worked out by hand."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import yaml
+
+from allocations.engine.snapshot import (
+    PendingCode,
+    PendingReason,
+    Plan,
+    Preemption,
+    PreemptionReason,
+    Snapshot,
+    Start,
+)
+from allocations.simulation import SimulationError, parse_scenario, replay
+from allocations.simulation.result import percentile
+
+
+def load(text: str, **kwargs: object):
+    return parse_scenario(yaml.safe_load(textwrap.dedent(text)), **kwargs)  # type: ignore[arg-type]
+
+
+ONE_LENDER = """
+cluster:
+  node_pools: [{instance_type: ml.p5.48xlarge, count: 1, gpus_per_node: 8}]
+teams:
+  - {name: a, quota: {ml.p5.48xlarge: 8}}
+  - {name: b, quota: {ml.p5.48xlarge: 0}, borrow_limit: unlimited}
+jobs:
+  - {id: b1, team: b, gpus: 4, submit: 0, duration: 1800}
+horizon: 3600
+"""
+
+
+def test_a_team_lending_4_gpus_for_30_minutes_has_lent_2_gpu_hours() -> None:
+    result = replay(load(ONE_LENDER))
+    a, b = result.teams["a"], result.teams["b"]
+    assert a.lent_gpu_hours == pytest.approx(2.0)
+    assert a.idle_quota_gpu_hours == pytest.approx(6.0)  # 8 GPU-hours of quota, 2 lent
+    assert a.gpu_hours == 0
+    assert (b.gpu_hours, b.borrowed_gpu_hours, b.lent_gpu_hours) == (
+        pytest.approx(2.0),
+        pytest.approx(2.0),
+        0,
+    )
+    c = result.cluster
+    assert result.end_time == 3600  # the horizon, though nothing happens after 1800
+    assert (c.capacity_gpu_hours, c.allocated_gpu_hours, c.utilization) == (
+        8,
+        pytest.approx(2.0),
+        pytest.approx(0.25),
+    )
+    assert result.jobs["b1"].state == "finished" and result.jobs["b1"].finished_at == 1800
+
+
+WAITING = """
+cluster:
+  node_pools: [{instance_type: ml.g5.8xlarge, count: 1, gpus_per_node: 4}]
+teams:
+  - {name: a, quota: {ml.g5.8xlarge: 4}}
+jobs:
+  - {id: j1, team: a, gpus: 2, submit: 0, duration: 3600}
+  - {id: j2, team: a, gpus: 4, submit: 0, duration: 600}
+"""
+
+
+def test_idle_gpus_while_a_job_waits_are_counted_and_waits_run_from_submit_to_start() -> None:
+    result = replay(load(WAITING))
+    # 2 GPUs idle for an hour while j2 asks for 4: min(2, 4) x 1 h.
+    assert result.cluster.idle_while_waiting_gpu_hours == pytest.approx(2.0)
+    assert result.jobs["j2"].admitted_at == (3600,)
+    assert result.end_time == 4200  # j2's finish: the last thing that happens
+    assert result.cluster.allocated_gpu_hours == pytest.approx(2 + 4 * 600 / 3600)
+    assert result.cluster.capacity_gpu_hours == pytest.approx(4 * 4200 / 3600)
+    team = result.teams["a"]
+    assert (team.wait_p50_s, team.wait_p95_s, team.starts) == (0, 3600, 2)
+    assert result.cluster.wait_mean_s == 1800
+
+
+def test_until_stops_at_that_time_and_reports_the_pending_reason() -> None:
+    result = replay(load(WAITING), until=100)
+    assert result.end_time == 100
+    assert result.jobs["j1"].state == "running"
+    j2 = result.jobs["j2"]
+    assert j2.state == "pending" and j2.pending_reason is not None and j2.admitted_at == ()
+    assert result.cluster.idle_while_waiting_gpu_hours == pytest.approx(2 * 100 / 3600)
+
+
+def test_until_0_applies_only_what_happens_at_0() -> None:
+    scenario = load(WAITING.replace("submit: 0, duration: 600", "submit: 5, duration: 600"))
+    result = replay(scenario, until=0)
+    assert result.end_time == 0
+    assert result.jobs["j1"].state == "running"
+    assert result.not_submitted == ("j2",)
+    assert result.cluster.cycles == 1
+
+
+def test_the_run_ends_with_the_last_happening_when_jobs_run_forever() -> None:
+    scenario = load(
+        ONE_LENDER.replace(
+            "duration: 1800}", "duration: null}\n  - {id: a1, team: a, gpus: 2, submit: 70}"
+        ).replace("horizon: 3600", "")
+    )
+    result = replay(scenario)
+    assert result.end_time == 70
+    assert {j.id: j.state for j in result.jobs.values()} == {"b1": "running", "a1": "running"}
+
+
+def test_running_since_jobs_run_at_0_and_end_at_running_since_plus_duration() -> None:
+    scenario = load(
+        WAITING.replace(
+            "{id: j1, team: a, gpus: 2, submit: 0, duration: 3600}",
+            "{id: j1, team: a, gpus: 2, submit: -900, running_since: -600, duration: 1000}",
+        )
+    )
+    result = replay(scenario)
+    j1 = result.jobs["j1"]
+    assert (j1.admitted_at, j1.finished_at) == ((), 400)
+    assert result.jobs["j2"].admitted_at == (400,)
+
+
+def test_a_cancelled_running_job_frees_its_gpus_at_once() -> None:
+    scenario = load(WAITING + "events: [{at: 100, cancel: j1}]\n")
+    result = replay(scenario)
+    assert (result.jobs["j1"].state, result.jobs["j1"].cancelled_at) == ("cancelled", 100)
+    assert result.jobs["j2"].admitted_at == (100,)
+    assert result.counts["cancelled"] == 1 and result.counts["finished"] == 1
+
+
+def test_a_job_cancelled_before_its_submit_time_never_runs() -> None:
+    scenario = load(
+        WAITING.replace("submit: 0, duration: 600", "submit: 50, duration: 600")
+        + "events: [{at: 10, cancel: j2}]\n"
+    )
+    result = replay(scenario)
+    assert result.jobs["j2"].state == "cancelled" and result.jobs["j2"].admitted_at == ()
+
+
+NODES = """
+cluster:
+  node_pools: [{instance_type: ml.g5.12xlarge, count: 3, gpus_per_node: 4}]
+teams:
+  - {name: a, quota: {ml.g5.12xlarge: 12}}
+jobs:
+  - {id: big, team: a, gpus: 4, submit: 0, duration: null}
+  - {id: small, team: a, gpus: 1, submit: 0, duration: null}
+events:
+  - {at: 100, node_down: {instance_type: ml.g5.12xlarge, count: 1}}
+  - {at: 200, node_down: {count: 1}}
+  - {at: 300, node_up: {count: 2}}
+"""
+
+
+def test_node_down_takes_the_least_used_nodes_first_and_their_jobs_return_to_pending() -> None:
+    result = replay(load(NODES), until=250)
+    # At 100 the empty node goes (no job touched); at 200 the node with 1 GPU in use goes.
+    big, small = result.jobs["big"], result.jobs["small"]
+    assert (big.state, big.evicted_at) == ("running", ())
+    assert (small.state, small.evicted_at, small.preempted) == ("pending", (200,), ())
+    assert result.cluster.capacity_gpu_hours == pytest.approx((12 * 100 + 8 * 100 + 4 * 50) / 3600)
+    assert result.cluster.node_down_lost_gpu_hours == pytest.approx(1 * 200 / 3600)
+    assert result.cluster.preemptions == 0
+
+
+def test_node_up_brings_capacity_back_and_the_evicted_job_restarts() -> None:
+    result = replay(load(NODES))
+    small = result.jobs["small"]
+    assert (small.state, small.admitted_at) == ("running", (0, 300))
+    assert result.end_time == 300
+
+
+def test_a_job_of_duration_0_starts_and_finishes_at_once() -> None:
+    scenario = load(WAITING.replace("duration: 600", "duration: 0"))
+    result = replay(scenario)
+    assert (result.jobs["j2"].admitted_at, result.jobs["j2"].finished_at) == ((3600,), 3600)
+
+
+def test_rejected_jobs_end_rejected_with_their_reason() -> None:
+    scenario = load(WAITING + "  - {id: huge, team: a, gpus: 16, submit: 5}\n", keep_unfit=True)
+    result = replay(scenario)
+    huge = result.jobs["huge"]
+    assert huge.state == "rejected" and huge.admitted_at == ()
+    assert huge.pending_reason is not None and huge.pending_reason.code == PendingCode.EXCEEDS_MAX
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    assert percentile([], 95) == 0
+    assert percentile([5], 50) == 5
+    assert percentile([1, 2, 3, 4], 50) == 2
+    assert percentile(list(range(1, 101)), 95) == 95
+
+
+# Plans no correct engine gives: the replay refuses them with a clear error, never corrupts.
+
+
+def _scenario_with_two_jobs():
+    return load(WAITING)
+
+
+def test_a_plan_that_overfills_a_node_is_refused() -> None:
+    def overfill(snapshot: Snapshot, now: float) -> Plan:
+        node = snapshot.nodes[0].name
+        starts = tuple(Start(j.id, ((node, j.gpus),)) for j in snapshot.jobs if not j.running)
+        return Plan(starts=starts)
+
+    with pytest.raises(
+        SimulationError, match=r"t=0: the plan starting job 'j2' puts 4 GPUs on node '.*', which has 2 free"
+    ):
+        replay(_scenario_with_two_jobs(), allocate=overfill)
+
+
+def test_a_plan_that_preempts_a_pending_job_is_refused() -> None:
+    def wrong(snapshot: Snapshot, now: float) -> Plan:
+        return Plan(preemptions=(Preemption("j2", PreemptionReason.IN_TEAM, "j1"),))
+
+    with pytest.raises(SimulationError, match="preempts job 'j2', which is pending, not running"):
+        replay(_scenario_with_two_jobs(), allocate=wrong)
+
+
+def test_cycles_that_never_come_to_rest_stop_with_a_clear_error() -> None:
+    def flip_flop(snapshot: Snapshot, now: float) -> Plan:
+        running = [j for j in snapshot.jobs if j.running]
+        pending = [j for j in snapshot.jobs if not j.running]
+        node = snapshot.nodes[0].name
+        preempt = tuple(Preemption(j.id, PreemptionReason.IN_TEAM, pending[0].id) for j in running)
+        return Plan(
+            starts=(Start(pending[0].id, ((node, pending[0].gpus),)),),
+            preemptions=preempt,
+            pending={j.id: PendingReason(PendingCode.NO_IDLE_CAPACITY, "x") for j in pending[1:]},
+        )
+
+    scenario = load(WAITING.replace("gpus: 2, submit", "gpus: 4, submit"))
+    with pytest.raises(SimulationError, match="did not come to rest after 10000 cycles"):
+        replay(scenario, allocate=flip_flop)
