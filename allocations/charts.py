@@ -1,0 +1,356 @@
+"""Plotly figures of the capacity history, built from plain rows (STYLE.md: no ORM here).
+
+Every builder returns a :class:`Chart`: the table it plots (``columns`` and ``rows``, exactly
+what the CSV download holds) and a Plotly figure built from that table and nothing else, so the
+CSV of a chart is always its data. Figures are plain dicts in Plotly's JSON schema: building
+``plotly.graph_objects.Figure`` objects validates every attribute and costs far more than the
+query behind the chart (tests validate the dicts with it instead).
+
+Time-series tables are "long": one row per (time, series, value). Times are ISO 8601 strings in
+UTC; GPU values are average GPUs over the row's bucket (exact GPUs for minute samples).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+Row = tuple[Any, ...]
+
+# Preemption reasons of POLICY.md section 4, in a fixed order so colours stay put.
+PREEMPTION_REASONS = ("in-team", "reclaim", "reclaim-while-borrowing", "fair-share")
+
+# Wait-time histogram bins: (label, upper bound in seconds, exclusive); the last is open.
+WAIT_BINS: tuple[tuple[str, float], ...] = (
+    ("< 1 min", 60),
+    ("1-5 min", 300),
+    ("5-15 min", 900),
+    ("15-60 min", 3600),
+    ("1-4 h", 4 * 3600),
+    ("4-12 h", 12 * 3600),
+    ("12-24 h", 24 * 3600),
+    ("> 1 day", float("inf")),
+)
+
+_LAYOUT: dict[str, Any] = {
+    "margin": {"l": 50, "r": 20, "t": 40, "b": 40},
+    "legend": {"orientation": "h", "y": -0.15},
+    "hovermode": "x unified",
+    "height": 360,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Chart:
+    """One chart: its table (what the CSV holds) and the Plotly figure drawn from that table."""
+
+    key: str
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[Row, ...]
+    figure: dict[str, Any] = field(repr=False)
+
+    def to_csv(self) -> str:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(self.columns)
+        writer.writerows(self.rows)
+        return buffer.getvalue()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "title": self.title, "figure": self.figure, "points": len(self.rows)}
+
+
+def iso(at: datetime | str) -> str:
+    """A UTC time as the tables write it (``2026-11-29T16:00:00Z``)."""
+    if isinstance(at, str):
+        return at
+    text = at.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def gpus(value: float) -> float:
+    """GPU values rounded for display: averages over a bucket keep two decimals."""
+    return round(float(value), 2)
+
+
+def _layout(title: str, **extra: Any) -> dict[str, Any]:
+    return {**_LAYOUT, "title": {"text": title}, **extra}
+
+
+def _empty_note(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    if rows:
+        return []
+    return [
+        {
+            "text": "No data in this range",
+            "showarrow": False,
+            "xref": "paper",
+            "yref": "paper",
+            "x": 0.5,
+            "y": 0.5,
+        }
+    ]
+
+
+def _long_series(rows: Sequence[Row]) -> dict[str, tuple[list[Any], list[Any]]]:
+    """(time, series, value) rows -> {series: ([times], [values])}, in first-seen order."""
+    series: dict[str, tuple[list[Any], list[Any]]] = {}
+    for at, name, value in rows:
+        xs, ys = series.setdefault(name, ([], []))
+        xs.append(at)
+        ys.append(value)
+    return series
+
+
+def capacity_chart(capacity: Iterable[Mapping[str, Any]], team_usage: Iterable[Mapping[str, Any]]) -> Chart:
+    """Capacity, allocated (stacked by team) and idle GPUs over time.
+
+    ``capacity``: rows with ``at``, ``capacity``, ``idle``; ``team_usage``: rows with ``at``,
+    ``team``, ``used``. The teams' areas stack up to the allocated GPUs.
+    """
+    rows: list[Row] = []
+    for point in capacity:
+        rows.append((iso(point["at"]), "capacity", gpus(point["capacity"])))
+        rows.append((iso(point["at"]), "idle", gpus(point["idle"])))
+    team_rows = [(iso(p["at"]), f"team {p['team']}", gpus(p["used"])) for p in team_usage]
+    team_rows.sort(key=lambda r: (r[1], r[0]))
+    rows.extend(team_rows)
+    traces: list[dict[str, Any]] = []
+    for name, (xs, ys) in _long_series(rows).items():
+        if name.startswith("team "):
+            traces.append(
+                {"type": "scatter", "mode": "lines", "name": name[5:], "x": xs, "y": ys, "stackgroup": "used"}
+            )
+        else:
+            dash = "dash" if name == "idle" else "solid"
+            traces.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "name": name,
+                    "x": xs,
+                    "y": ys,
+                    "line": {"color": "#222" if name == "capacity" else "#999", "dash": dash, "width": 2},
+                }
+            )
+    title = "Capacity, allocated by team, and idle GPUs"
+    figure = {
+        "data": traces,
+        "layout": _layout(title, yaxis={"title": {"text": "GPUs"}}, annotations=_empty_note(rows)),
+    }
+    return Chart("capacity", title, ("time", "series", "gpus"), tuple(rows), figure)
+
+
+def lending_chart(teams: Iterable[Mapping[str, Any]]) -> Chart:
+    """GPU-hours each team borrowed from, and lent to, other teams over the range.
+
+    ``teams``: rows with ``team``, ``borrowed_gpu_hours``, ``lent_gpu_hours``.
+    """
+    rows = tuple(
+        (t["team"], gpus(t["borrowed_gpu_hours"]), gpus(t["lent_gpu_hours"]))
+        for t in sorted(teams, key=lambda t: t["team"])
+    )
+    names = [r[0] for r in rows]
+    title = "Borrowed and lent GPU-hours by team"
+    figure = {
+        "data": [
+            {"type": "bar", "name": "borrowed", "x": names, "y": [r[1] for r in rows]},
+            {"type": "bar", "name": "lent", "x": names, "y": [r[2] for r in rows]},
+        ],
+        "layout": _layout(
+            title,
+            barmode="group",
+            hovermode="closest",
+            yaxis={"title": {"text": "GPU-hours"}},
+            annotations=_empty_note(rows),
+        ),
+    }
+    return Chart("lending", title, ("team", "borrowed_gpu_hours", "lent_gpu_hours"), rows, figure)
+
+
+def idle_while_waiting_chart(points: Iterable[Mapping[str, Any]]) -> Chart:
+    """GPUs left idle while jobs waited: per instance type and minute min(idle, pending demand),
+    summed over types (computed at sampling time: averages of idle and demand would overstate it).
+
+    ``points``: rows with ``at``, ``idle``, ``pending``, ``idle_while_waiting``.
+    """
+    rows: list[Row] = []
+    for p in points:
+        at = iso(p["at"])
+        rows.append((at, "idle while jobs waited", gpus(p["idle_while_waiting"])))
+        rows.append((at, "pending demand", gpus(p["pending"])))
+        rows.append((at, "idle", gpus(p["idle"])))
+    rows.sort(key=lambda r: ("idle while jobs waited", "pending demand", "idle").index(r[1]))
+    traces = []
+    for name, (xs, ys) in _long_series(rows).items():
+        trace: dict[str, Any] = {"type": "scatter", "mode": "lines", "name": name, "x": xs, "y": ys}
+        if name == "idle while jobs waited":
+            trace["fill"] = "tozeroy"
+            trace["line"] = {"color": "#d62728"}
+        else:
+            trace["line"] = {"dash": "dot"}
+        traces.append(trace)
+    title = "GPUs left idle while jobs waited"
+    figure = {
+        "data": traces,
+        "layout": _layout(title, yaxis={"title": {"text": "GPUs"}}, annotations=_empty_note(rows)),
+    }
+    return Chart("idle_while_waiting", title, ("time", "series", "gpus"), tuple(rows), figure)
+
+
+def preemptions_chart(points: Iterable[Mapping[str, Any]], *, key: str = "preemptions") -> Chart:
+    """Preemptions over time, stacked by reason (POLICY.md section 4).
+
+    ``points``: rows with ``at``, ``reason``, ``preemptions`` (a count per bucket).
+    """
+    order = {reason: i for i, reason in enumerate(PREEMPTION_REASONS)}
+    rows = sorted(
+        ((iso(p["at"]), p["reason"], int(p["preemptions"])) for p in points),
+        key=lambda r: (order.get(r[1], len(order)), r[1], r[0]),
+    )
+    traces = [
+        {"type": "bar", "name": name, "x": xs, "y": ys} for name, (xs, ys) in _long_series(rows).items()
+    ]
+    title = "Preemptions by reason"
+    figure = {
+        "data": traces,
+        "layout": _layout(
+            title, barmode="stack", yaxis={"title": {"text": "preemptions"}}, annotations=_empty_note(rows)
+        ),
+    }
+    return Chart(key, title, ("time", "reason", "preemptions"), tuple(rows), figure)
+
+
+def fair_share_chart(teams: Iterable[Mapping[str, Any]]) -> Chart:
+    """Each team's share of all borrowed GPU-hours beside its share of the fair-share weights.
+
+    ``teams``: rows with ``team``, ``borrowed_gpu_hours``, ``weight``. Under fair share
+    (POLICY.md section 3) a team's share of borrowed capacity tends towards its weight's share
+    when every team wants to borrow; a bar far above its weight shows who took idle capacity.
+    """
+    teams = sorted(teams, key=lambda t: t["team"])
+    total_borrowed = sum(float(t["borrowed_gpu_hours"]) for t in teams)
+    total_weight = sum(int(t["weight"]) for t in teams)
+    rows = tuple(
+        (
+            t["team"],
+            gpus(100 * float(t["borrowed_gpu_hours"]) / total_borrowed if total_borrowed else 0),
+            gpus(100 * int(t["weight"]) / total_weight if total_weight else 0),
+            gpus(t["borrowed_gpu_hours"]),
+            int(t["weight"]),
+        )
+        for t in teams
+    )
+    names = [r[0] for r in rows]
+    title = "Share of borrowed capacity beside fair-share weight"
+    figure = {
+        "data": [
+            {"type": "bar", "name": "share of borrowed GPU-hours (%)", "x": names, "y": [r[1] for r in rows]},
+            {"type": "bar", "name": "share of weight (%)", "x": names, "y": [r[2] for r in rows]},
+        ],
+        "layout": _layout(
+            title,
+            barmode="group",
+            hovermode="closest",
+            yaxis={"title": {"text": "%"}},
+            annotations=_empty_note(rows),
+        ),
+    }
+    columns = ("team", "borrowed_share_percent", "weight_share_percent", "borrowed_gpu_hours", "weight")
+    return Chart("fair_share", title, columns, rows, figure)
+
+
+def team_usage_chart(points: Iterable[Mapping[str, Any]]) -> Chart:
+    """One team's quota, used, borrowed and lent GPUs over time.
+
+    ``points``: rows with ``at``, ``quota``, ``used``, ``borrowed``, ``lent``.
+    """
+    names = ("quota", "used", "borrowed", "lent")
+    points = points_list(points)
+    rows: list[Row] = [(iso(p["at"]), name, gpus(p[name])) for name in names for p in points]
+    traces = []
+    for name, (xs, ys) in _long_series(rows).items():
+        trace: dict[str, Any] = {"type": "scatter", "mode": "lines", "name": name, "x": xs, "y": ys}
+        if name == "quota":
+            trace["line"] = {"color": "#222", "dash": "dash"}
+        elif name == "used":
+            trace["fill"] = "tozeroy"
+        traces.append(trace)
+    title = "Quota, used, borrowed and lent GPUs"
+    figure = {
+        "data": traces,
+        "layout": _layout(title, yaxis={"title": {"text": "GPUs"}}, annotations=_empty_note(rows)),
+    }
+    return Chart("usage", title, ("time", "series", "gpus"), tuple(rows), figure)
+
+
+def pending_chart(points: Iterable[Mapping[str, Any]]) -> Chart:
+    """One team's pending demand (GPUs) and its running and pending job counts.
+
+    ``points``: rows with ``at``, ``pending_gpus``, ``running_jobs``, ``pending_jobs``.
+    """
+    names = ("pending_gpus", "running_jobs", "pending_jobs")
+    points = points_list(points)
+    rows: list[Row] = [(iso(p["at"]), name, gpus(p[name])) for name in names for p in points]
+    traces = []
+    for name, (xs, ys) in _long_series(rows).items():
+        trace: dict[str, Any] = {"type": "scatter", "mode": "lines", "name": name, "x": xs, "y": ys}
+        if name != "pending_gpus":
+            trace["yaxis"] = "y2"
+            trace["line"] = {"dash": "dot"}
+        else:
+            trace["fill"] = "tozeroy"
+        traces.append(trace)
+    title = "Pending demand and jobs"
+    figure = {
+        "data": traces,
+        "layout": _layout(
+            title,
+            yaxis={"title": {"text": "GPUs pending"}},
+            yaxis2={"title": {"text": "jobs"}, "overlaying": "y", "side": "right"},
+            annotations=_empty_note(rows),
+        ),
+    }
+    return Chart("pending", title, ("time", "series", "value"), tuple(rows), figure)
+
+
+def wait_time_chart(bins: Iterable[Mapping[str, Any]]) -> Chart:
+    """Distribution of wait times (start minus submission) of the jobs started in the range.
+
+    ``bins``: rows with ``wait`` (a label of :data:`WAIT_BINS`) and ``jobs``; missing bins are 0.
+    """
+    counts = {b["wait"]: int(b["jobs"]) for b in bins}
+    unknown = set(counts) - {label for label, _ in WAIT_BINS}
+    if unknown:
+        raise ValueError(f"wait: unknown bin(s) {sorted(unknown)!r}")
+    rows = tuple((label, counts.get(label, 0)) for label, _ in WAIT_BINS)
+    title = "Wait time of started jobs"
+    figure = {
+        "data": [{"type": "bar", "name": "jobs", "x": [r[0] for r in rows], "y": [r[1] for r in rows]}],
+        "layout": _layout(
+            title,
+            hovermode="closest",
+            xaxis={"title": {"text": "wait (start - submission)"}},
+            yaxis={"title": {"text": "jobs"}},
+            annotations=_empty_note([r for r in rows if r[1]]),
+        ),
+    }
+    return Chart("wait_time", title, ("wait", "jobs"), rows, figure)
+
+
+def wait_bin(seconds: float) -> str:
+    """The label of the :data:`WAIT_BINS` bin that a wait of ``seconds`` falls in."""
+    for label, upper in WAIT_BINS:
+        if seconds < upper:
+            return label
+    return WAIT_BINS[-1][0]
+
+
+def points_list(points: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Materialise an iterable of points once (builders walk it once per series)."""
+    return points if isinstance(points, list) else list(points)
