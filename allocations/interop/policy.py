@@ -16,8 +16,9 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Prefetch, Sum
+from django.db.models import Prefetch, Q, Sum
 
+from allocations.choices import NodeState
 from allocations.models import Cluster, ClusterPolicy, InstanceType, Node, PriorityClass, Team, TeamQuota
 from allocations.services import audit
 from allocations.services import policy as policy_services
@@ -41,13 +42,15 @@ QUOTA_FIELDS = ("quota", "borrow_limit_kind", "borrow_limit_percent", "borrow_li
 class PolicyState:
     """The policy as it is now: rows loaded with their relations, in a constant number of
     queries. ``capacity`` is the GPUs of every node of each instance type (ready or not): the
-    most any team could ever use of it."""
+    most any team could ever use of it; ``ready_capacity`` counts ready nodes only (POLICY.md
+    section 1's capacity)."""
 
     cluster: Cluster | None
     policy: ClusterPolicy
     priority_classes: tuple[PriorityClass, ...]
     instance_types: tuple[InstanceType, ...]
     capacity: dict[str, int]
+    ready_capacity: dict[str, int]
     teams: tuple[Team, ...]
 
     def quotas(self, team: Team) -> list[TeamQuota]:
@@ -61,10 +64,11 @@ def read_policy() -> PolicyState:
     policy = getattr(cluster, "policy", None) if cluster else None
     if policy is None:
         policy = ClusterPolicy()  # unsaved: the defaults, for a database without a cluster yet
-    capacity = {
-        row["instance_type__name"]: row["gpus"] or 0
-        for row in Node.objects.values("instance_type__name").annotate(gpus=Sum("gpus"))
-    }
+    rows = list(
+        Node.objects.values("instance_type__name").annotate(
+            total_gpus=Sum("gpus"), ready_gpus=Sum("gpus", filter=Q(state=NodeState.READY))
+        )
+    )
     teams = Team.objects.prefetch_related(
         Prefetch("quotas", queryset=TeamQuota.objects.select_related("instance_type"))
     ).order_by("name")
@@ -73,7 +77,8 @@ def read_policy() -> PolicyState:
         policy=policy,
         priority_classes=tuple(PriorityClass.objects.order_by("-weight", "name")),
         instance_types=tuple(InstanceType.objects.order_by("name")),
-        capacity=capacity,
+        capacity={row["instance_type__name"]: row["total_gpus"] or 0 for row in rows},
+        ready_capacity={row["instance_type__name"]: row["ready_gpus"] or 0 for row in rows},
         teams=tuple(teams),
     )
 
