@@ -77,7 +77,10 @@ def forecast_starts(
         running = [job for job in jobs.values() if job.running]
         if any(durations.get(job.id) is None for job in running):
             break  # a job that may end at any moment: no later start can be known
-        ends = [(job.started_at or t) + float(durations[job.id] or 0) for job in running]
+        ends = [
+            (t if job.started_at is None else job.started_at) + float(durations[job.id] or 0)
+            for job in running
+        ]
         backoffs = [
             job.last_preempted_at + 2 ** (job.preemptions - 1)
             for job in jobs.values()
