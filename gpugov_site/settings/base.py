@@ -145,6 +145,9 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # Seconds between allocation cycles (the loop also runs soon after any change).
 ALLOCATION_INTERVAL = env_int("ALLOCATION_INTERVAL", 5)
 
+# Bearer token that Prometheus sends to /metrics; empty: the endpoint is off (404).
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+
 # Capacity history (services/history.py): days kept of minute samples and of hour/day rollups.
 HISTORY_MINUTE_DAYS = env_int("HISTORY_MINUTE_DAYS", 14)
 HISTORY_HOUR_DAYS = env_int("HISTORY_HOUR_DAYS", 400)
