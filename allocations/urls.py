@@ -2,7 +2,7 @@
 
 from django.urls import include, path
 
-from .views import console, cycles, teams
+from .views import console, cycles, dashboards, teams
 
 app_name = "allocations"
 
@@ -10,5 +10,6 @@ urlpatterns = [
     *console.urlpatterns,
     *teams.urlpatterns,
     *cycles.urlpatterns,
+    *dashboards.urlpatterns,
     path("api/", include("allocations.api.urls")),
 ]

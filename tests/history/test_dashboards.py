@@ -1,0 +1,254 @@
+"""Dashboard pages, data endpoints and CSVs: who sees what, bad filters, CSV = chart data,
+points per series bounded, query counts independent of the range."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from allocations.choices import JobEventKind, JobState
+from allocations.models import JobEvent
+from allocations.selectors import history as selectors
+from allocations.services import history
+from tests.conftest import PASSWORD
+
+CLUSTER_CHARTS = ["capacity", "idle_while_waiting", "lending", "fair_share", "preemptions"]
+TEAM_CHARTS = ["usage", "pending", "wait_time", "preemptions"]
+
+
+def _client(user: Any) -> Client:
+    client = Client()
+    assert client.login(username=user.username, password=PASSWORD)
+    return client
+
+
+@pytest.fixture
+def recorded(personas):  # type: ignore[no-untyped-def]
+    """30 sampled minutes up to now: team-b runs 12 of 16 GPUs (4 borrowed from team-a), a
+    team-a job waits for 2 GPUs and one was preempted; team-a's finished job waited 3 minutes."""
+    from tests import factories as f
+
+    now = timezone.now()
+    nodes = personas.nodes
+    f.make_job(
+        personas.other_team,
+        personas.instance_type,
+        12,
+        state=JobState.RUNNING,
+        submitted_at=now - timedelta(hours=2),
+        started_at=now - timedelta(hours=1),
+        nodes=[[nodes[0].name, 8], [nodes[1].name, 4]],
+    )
+    waiting = f.make_job(personas.team, personas.instance_type, 2, submitted_at=now - timedelta(minutes=40))
+    JobEvent.objects.create(
+        job=waiting, kind=JobEventKind.PREEMPTED, at=now - timedelta(minutes=10, seconds=30), reason="reclaim"
+    )
+    f.make_job(
+        personas.team,
+        personas.instance_type,
+        1,
+        state=JobState.FINISHED,
+        submitted_at=now - timedelta(minutes=20),
+        started_at=now - timedelta(minutes=17),
+        finished_at=now - timedelta(minutes=5),
+    )
+    for i in range(30):
+        history.history_sample(now=now - timedelta(minutes=i))
+    history.history_rollup(now=now)
+    return personas
+
+
+def test_a_member_sees_the_dashboard_of_their_own_team(recorded) -> None:  # type: ignore[no-untyped-def]
+    for user in (recorded.member, recorded.viewer, recorded.team_admin, recorded.cluster_admin):
+        response = _client(user).get(reverse("allocations:dashboard_team", kwargs={"team": "team-a"}))
+        assert response.status_code == 200, user
+        for key in TEAM_CHARTS:
+            assert f'id="chart-{key}"' in response.content.decode()
+
+
+def test_another_teams_dashboard_is_404_in_every_format(recorded) -> None:  # type: ignore[no-untyped-def]
+    for user in (recorded.other_member, recorded.outsider):
+        client = _client(user)
+        for name, kwargs in [
+            ("allocations:dashboard_team", {}),
+            ("allocations:dashboard_team_data", {}),
+            ("allocations:dashboard_team_csv", {"chart": "usage"}),
+        ]:
+            url = reverse(name, kwargs={"team": "team-a", **kwargs})
+            assert client.get(url).status_code == 404, (user, url)
+    missing = reverse("allocations:dashboard_team", kwargs={"team": "no-such-team"})
+    assert _client(recorded.cluster_admin).get(missing).status_code == 404
+
+
+def test_the_cluster_dashboard_is_for_cluster_admins(recorded, client) -> None:  # type: ignore[no-untyped-def]
+    url = reverse("allocations:dashboard_cluster")
+    assert _client(recorded.cluster_admin).get(url).status_code == 200
+    assert _client(recorded.team_admin).get(url).status_code == 403
+    assert client.get(url).status_code == 302  # anonymous: to the login page
+    anonymous_team = client.get(reverse("allocations:dashboard_team", kwargs={"team": "team-a"}))
+    assert anonymous_team.status_code == 302
+
+
+def test_the_index_lists_the_users_own_dashboards(recorded) -> None:  # type: ignore[no-untyped-def]
+    page = _client(recorded.member).get(reverse("allocations:dashboards")).content.decode()
+    assert "/dashboards/teams/team-a/" in page and "team-b" not in page
+    assert "/dashboards/cluster/" not in page
+    admin_page = _client(recorded.cluster_admin).get(reverse("allocations:dashboards")).content.decode()
+    assert "/dashboards/cluster/" in admin_page and "/dashboards/teams/team-b/" in admin_page
+
+
+def test_the_team_data_shows_what_was_sampled(recorded) -> None:  # type: ignore[no-untyped-def]
+    url = reverse("allocations:dashboard_team_data", kwargs={"team": "team-a"})
+    data = _client(recorded.member).get(url, {"range": "1h"}).json()
+    assert data["window"]["resolution"] == "minute" and data["window"]["live"] is True
+    figures = {c["key"]: c["figure"] for c in data["charts"]}
+    assert list(figures) == TEAM_CHARTS
+    usage = {t["name"]: t["y"] for t in figures["usage"]["data"]}
+    assert len(usage["lent"]) == 30 and set(usage["lent"]) == {4.0} and set(usage["quota"]) == {8.0}
+    preempted = {t["name"]: sum(t["y"]) for t in figures["preemptions"]["data"]}
+    assert preempted == {"reclaim": 1}
+    waits = dict(zip(figures["wait_time"]["data"][0]["x"], figures["wait_time"]["data"][0]["y"], strict=True))
+    assert waits["1-5 min"] == 1 and sum(waits.values()) == 1
+
+
+def test_the_cluster_data_stacks_usage_by_team_and_counts_idle_while_waiting(recorded) -> None:  # type: ignore[no-untyped-def]
+    url = reverse("allocations:dashboard_cluster_data")
+    data = _client(recorded.cluster_admin).get(url, {"range": "6h"}).json()
+    figures = {c["key"]: c["figure"] for c in data["charts"]}
+    assert list(figures) == CLUSTER_CHARTS
+    capacity = {t["name"]: t["y"] for t in figures["capacity"]["data"]}
+    assert set(capacity["capacity"]) == {16.0} and set(capacity["idle"]) == {4.0}
+    assert set(capacity["team-b"]) == {12.0} and set(capacity["team-a"]) == {0.0}
+    waiting = {t["name"]: t["y"] for t in figures["idle_while_waiting"]["data"]}
+    assert set(waiting["idle while jobs waited"]) == {2.0}  # 4 idle, 2 wanted
+    lending = {t["name"]: dict(zip(t["x"], t["y"], strict=True)) for t in figures["lending"]["data"]}
+    assert lending["borrowed"]["team-b"] == 2.0 and lending["lent"]["team-a"] == 2.0  # 4 GPUs x 30 min
+
+
+@pytest.mark.parametrize("dashboard", ["cluster", "team"])
+def test_each_csv_is_exactly_its_charts_data(recorded, dashboard: str) -> None:  # type: ignore[no-untyped-def]
+    client = _client(recorded.cluster_admin)
+    kwargs = {"team": "team-a"} if dashboard == "team" else {}
+    data = client.get(
+        reverse(f"allocations:dashboard_{dashboard}_data", kwargs=kwargs), {"range": "1d"}
+    ).json()
+    for chart in data["charts"]:
+        url = reverse(f"allocations:dashboard_{dashboard}_csv", kwargs={**kwargs, "chart": chart["key"]})
+        response = client.get(url, {"range": "1d"})
+        assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+        header, *rows = list(csv.reader(io.StringIO(response.content.decode())))
+        assert len(rows) == chart["points"], chart["key"]
+        traces = chart["figure"]["data"]
+        if header[:2] in (["time", "series"], ["time", "reason"]):
+            plotted = sorted(
+                (str(x), t["name"], float(y)) for t in traces for x, y in zip(t["x"], t["y"], strict=True)
+            )
+            in_csv = sorted((r[0], r[1].removeprefix("team "), float(r[2])) for r in rows)
+            assert plotted == in_csv, chart["key"]
+        else:
+            for i, trace in enumerate(traces):
+                assert [r[0] for r in rows] == [str(x) for x in trace["x"]]
+                assert [float(r[i + 1]) for r in rows] == [float(y) for y in trace["y"]], chart["key"]
+
+
+def test_an_unknown_chart_csv_is_404(recorded) -> None:  # type: ignore[no-untyped-def]
+    url = reverse("allocations:dashboard_cluster_csv", kwargs={"chart": "nope"})
+    assert _client(recorded.cluster_admin).get(url).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("params", "field", "value"),
+    [
+        ({"range": "2w"}, "range", "'2w'"),
+        ({"instance_type": "ml.nope"}, "instance_type", "'ml.nope'"),
+        ({"team": "ghost"}, "team", "'ghost'"),
+    ],
+)
+def test_bad_filters_get_400_naming_the_parameter_and_its_value(recorded, params, field, value) -> None:  # type: ignore[no-untyped-def]
+    client = _client(recorded.cluster_admin)
+    response = client.get(reverse("allocations:dashboard_cluster_data"), params)
+    assert response.status_code == 400
+    message = response.json()["errors"][field]
+    assert message.startswith(f"{field}:") and value in message
+    page = client.get(reverse("allocations:dashboard_cluster"), params)
+    assert page.status_code == 400 and value.replace("'", "&#x27;") in page.content.decode()
+    csv_response = client.get(
+        reverse("allocations:dashboard_cluster_csv", kwargs={"chart": "capacity"}), params
+    )
+    assert csv_response.status_code == 400 and value in csv_response.content.decode()
+
+
+def test_filters_narrow_to_an_instance_type_and_teams(recorded) -> None:  # type: ignore[no-untyped-def]
+    from tests import factories as f
+
+    f.make_instance_type("ml.g5.xlarge", 1)
+    client = _client(recorded.cluster_admin)
+    url = reverse("allocations:dashboard_cluster_data")
+    other = client.get(url, {"range": "1h", "instance_type": "ml.g5.xlarge"}).json()
+    assert all(not t["y"] for t in other["charts"][0]["figure"]["data"])
+    only_b = client.get(url, {"range": "1h", "team": "team-b"}).json()
+    lending = only_b["charts"][2]["figure"]["data"][0]
+    assert lending["x"] == ["team-b"]
+
+
+@pytest.mark.parametrize("dashboard", ["cluster", "team"])
+def test_query_count_does_not_depend_on_the_range(recorded, dashboard: str) -> None:  # type: ignore[no-untyped-def]
+    client = _client(recorded.cluster_admin)
+    kwargs = {"team": "team-a"} if dashboard == "team" else {}
+    counts = {}
+    for key in ("1h", "1d", "30d", "1y"):
+        with CaptureQueriesContext(connection) as queries:
+            assert (
+                client.get(
+                    reverse(f"allocations:dashboard_{dashboard}", kwargs=kwargs), {"range": key}
+                ).status_code
+                == 200
+            )
+        counts[key] = len(queries)
+    assert len(set(counts.values())) == 1, counts
+
+
+@pytest.mark.parametrize(
+    ("key", "source", "bucket"),
+    [
+        ("1h", "minute", timedelta(minutes=1)),
+        ("1d", "minute", timedelta(minutes=1)),
+        ("7d", "hour", timedelta(hours=1)),
+        ("30d", "hour", timedelta(hours=1)),
+        ("90d", "hour", timedelta(hours=2)),  # 2160 hours: merged in pairs
+        ("1y", "day", timedelta(days=1)),
+    ],
+)
+def test_every_range_stays_under_2000_points_per_series(key: str, source: str, bucket: timedelta) -> None:
+    window = selectors.window_for(key, datetime(2026, 11, 29, 16, 41, 7, tzinfo=UTC))
+    assert (window.source, window.bucket) == (source, bucket)
+    assert (window.end - window.start) / window.bucket <= selectors.MAX_POINTS
+
+
+def test_a_90_day_range_merges_hours_into_2_hour_points(personas) -> None:  # type: ignore[no-untyped-def]
+    now = timezone.now()
+    for hours_ago in range(6):
+        history.history_sample(now=now - timedelta(hours=hours_ago))
+    history.history_rollup(now=now - timedelta(hours=6))
+    history.history_rollup(now=now)
+    window = selectors.window_for("90d", now)
+    points = selectors.capacity_points(window)
+    assert 3 <= len(points) <= 4  # 6 hourly samples in 2-hour buckets
+    assert sum(p["samples"] for p in points) == 6
+    assert all(p["capacity"] == 16 for p in points)
+
+
+def test_plotly_js_is_served_locally_and_cached(client) -> None:  # type: ignore[no-untyped-def]
+    response = client.get(reverse("allocations:plotly_js"))
+    assert response.status_code == 200
+    assert "immutable" in response["Cache-Control"]
+    assert b"plotly" in b"".join(response.streaming_content)[:2000].lower()
