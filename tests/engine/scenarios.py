@@ -136,12 +136,19 @@ def build(spec: Mapping[str, Any]) -> Replay:
             submit_time=float(j.get("submit", 0)),
             seq=seq,
             priority_class=j.get("priority"),
+            preemptions=j.get("preemptions", 0),
+            last_preempted_at=j.get("last_preempted_at"),
         )
         durations[job.id] = j.get("duration")
         submits[job.id] = job.submit_time
         if "running_since" in j:
-            placed = _first_fit(job, nodes, free, types[it])
-            job = dataclasses.replace(job, nodes=placed, started_at=float(j["running_since"]))
+            placed = tuple(map(tuple, j["on"])) if "on" in j else _first_fit(job, nodes, free, types[it])
+            for name, gpus in placed:
+                if "on" in j:
+                    free[name] -= gpus
+            job = dataclasses.replace(
+                job, nodes=placed, started_at=float(j["running_since"]), start_seq=j.get("start_seq", 0)
+            )
             started[job.id] = float(j["running_since"])
         jobs.append(job)
     snapshot = Snapshot(
