@@ -84,3 +84,17 @@ def run_cycle(trigger: str = "beat") -> int | None:
         return None
     record_backend_outcome(healthy=not run.backend_outage)
     return run.pk
+
+
+@shared_task(name="allocations.record_history", ignore_result=True)
+def record_history() -> str:
+    """Sample this minute's capacity history, roll it up and prune it (services/history.py).
+
+    Beat runs it every minute. Idempotent: a minute sampled twice is written once, and a
+    rollup recomputes its hours and days from their minutes.
+    """
+    from django.utils import timezone
+
+    from allocations.services.history import history_tick
+
+    return history_tick(now=timezone.now()).isoformat()
