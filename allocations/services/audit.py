@@ -41,6 +41,16 @@ def field_values(obj: models.Model, fields: Iterable[str]) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in fields}
 
 
+def object_label(obj: models.Model) -> str:
+    """A name for the object that stays the same when its settings change (a priority class's
+    ``__str__`` shows its weight, a membership's its role), so one object's entries match."""
+    team, user = getattr(obj, "team", None), getattr(obj, "user", None)
+    if team is not None and user is not None:
+        return f"{user.get_username()} in {team.name}"
+    name = getattr(obj, "name", None)
+    return str(name) if name else str(obj)
+
+
 def actor_name(actor: Any) -> str:
     """Who acted, as kept in the trail even after the user is deleted ("system" for commands)."""
     if actor is None:
@@ -78,7 +88,11 @@ def record_create(
     """One "create" entry whose new value lists the settings the object was created with."""
     summary = "; ".join(f"{name}: {value_text(value)}" for name, value in values.items())
     entry = _entry(
-        actor=actor, action=AuditAction.CREATE, obj=obj, object_repr=object_repr or str(obj), new=summary
+        actor=actor,
+        action=AuditAction.CREATE,
+        obj=obj,
+        object_repr=object_repr or object_label(obj),
+        new=summary,
     )
     entry.save()
     return entry
@@ -102,7 +116,7 @@ def record_changes(
                     actor=actor,
                     action=AuditAction.UPDATE,
                     obj=obj,
-                    object_repr=object_repr or str(obj),
+                    object_repr=object_repr or object_label(obj),
                     field=name,
                     old=old_text,
                     new=new_text,
@@ -118,7 +132,11 @@ def record_delete(
     """One "delete" entry whose old value lists the settings the object had (call before delete)."""
     summary = "; ".join(f"{name}: {value_text(value)}" for name, value in values.items())
     entry = _entry(
-        actor=actor, action=AuditAction.DELETE, obj=obj, object_repr=object_repr or str(obj), old=summary
+        actor=actor,
+        action=AuditAction.DELETE,
+        obj=obj,
+        object_repr=object_repr or object_label(obj),
+        old=summary,
     )
     entry.save()
     return entry

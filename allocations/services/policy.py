@@ -80,16 +80,18 @@ class _Errors:
     def add(self, field: str, message: str) -> None:
         self.by_field.setdefault(field, []).append(message)
 
-    def whole_number(self, field: str, value: Any, low: int, high: int, what: str) -> bool:
-        """``value`` must be an int within [low, high]; ``what`` says what it counts."""
+    def whole_number(self, field: str, value: Any, low: int, high: int, what: str, unit: str = "") -> bool:
+        """``value`` must be an int within [low, high]; ``what`` names it, ``unit`` (e.g. "GPUs")
+        follows the bound: "Quota must be 0 or more GPUs; got -3."."""
+        unit = f" {unit}" if unit else ""
         if isinstance(value, bool) or not isinstance(value, int):
-            self.add(field, f"{what} must be a whole number; got {value!r}.")
+            self.add(field, f"{what} must be a whole number{unit and ' of' + unit}; got {value!r}.")
             return False
         if value < low:
-            self.add(field, f"{what} must be {low} or more; got {value}.")
+            self.add(field, f"{what} must be {low} or more{unit}; got {value}.")
             return False
         if value > high:
-            self.add(field, f"{what} must be at most {high}; got {value}.")
+            self.add(field, f"{what} must be at most {high}{unit}; got {value}.")
             return False
         return True
 
@@ -155,7 +157,7 @@ def validate_node(values: Mapping[str, Any], current: Node | None = None) -> Non
     if not isinstance(instance_type, InstanceType):
         errors.add("instance_type", f"Choose an instance type; got {instance_type!r}.")
     gpus = values.get("gpus")
-    gpus_ok = errors.whole_number("gpus", gpus, 1, MAX_GPUS, "GPUs")
+    gpus_ok = errors.whole_number("gpus", gpus, 1, MAX_GPUS, "A node", "GPUs")
     if gpus_ok and isinstance(instance_type, InstanceType) and gpus > instance_type.gpus_per_node:
         errors.add(
             "gpus",
@@ -241,7 +243,7 @@ def validate_quota(values: Mapping[str, Any]) -> None:
     """A quota of GPUs with its borrow cap (percent, absolute or unlimited) and lend limit <= quota."""
     errors = _Errors()
     quota = values.get("quota")
-    quota_ok = errors.whole_number("quota", quota, 0, MAX_GPU_COUNT, "Quota (GPUs)")
+    quota_ok = errors.whole_number("quota", quota, 0, MAX_GPU_COUNT, "Quota", "GPUs")
     kind = values.get("borrow_limit_kind")
     errors.choice("borrow_limit_kind", kind, BorrowLimitKind.values, "Borrow limit kind")
     errors.whole_number(
@@ -249,13 +251,13 @@ def validate_quota(values: Mapping[str, Any]) -> None:
     )
     borrow_limit = values.get("borrow_limit")
     if borrow_limit is not None:
-        errors.whole_number("borrow_limit", borrow_limit, 0, MAX_GPU_COUNT, "Borrow limit (GPUs)")
+        errors.whole_number("borrow_limit", borrow_limit, 0, MAX_GPU_COUNT, "Borrow limit", "GPUs")
     elif kind == BorrowLimitKind.ABSOLUTE:
         errors.add("borrow_limit", "Give the borrow limit in GPUs (0 or more) when the limit is in GPUs.")
     lend_limit = values.get("lend_limit")
     if (
         lend_limit is not None
-        and errors.whole_number("lend_limit", lend_limit, 0, MAX_GPU_COUNT, "Lend limit (GPUs)")
+        and errors.whole_number("lend_limit", lend_limit, 0, MAX_GPU_COUNT, "Lend limit", "GPUs")
         and quota_ok
         and lend_limit > quota
     ):
@@ -378,7 +380,7 @@ def _create(
     values: Mapping[str, Any],
     validate: Callable[[Mapping[str, Any]], None],
     extra: Mapping[str, Any] | None = None,
-    object_repr: Callable[[M], str] = str,
+    object_repr: Callable[[M], str] = audit.object_label,
 ) -> M:
     """Validate, create and audit one row (inside the caller's transaction)."""
     _refuse_unknown(values, fields)
@@ -397,7 +399,7 @@ def _update(
     fields: tuple[str, ...],
     changes: Mapping[str, Any],
     validate: Callable[[Mapping[str, Any], M], None],
-    object_repr: Callable[[M], str] = str,
+    object_repr: Callable[[M], str] = audit.object_label,
 ) -> M:
     """Lock the row, validate the merged settings, save and audit each changed field."""
     _refuse_unknown(changes, fields)

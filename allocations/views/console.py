@@ -1,3 +1,500 @@
-from django.urls import URLPattern
+"""The admin console: pages for cluster administrators to see capacity and change the policy.
 
-urlpatterns: list[URLPattern] = []
+Each view is access -> form -> service -> redirect (with a message) or render. Every page but
+the home page is ``cluster_admin_required``; the home page sends other signed-in users to their
+own teams. Console pages live under ``console/`` so that they never collide with team pages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import ValidationError
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, Prefetch
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import NoReverseMatch, path, reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from allocations.access import cluster_admin_required, is_cluster_admin
+from allocations.choices import NodeState
+from allocations.forms import policy as forms
+from allocations.models import InstanceType, Membership, Node, PriorityClass, Team, TeamQuota
+from allocations.selectors import policy as selectors
+from allocations.services import policy as services
+
+PAGE_SIZE = 50
+
+
+def _save(request: HttpRequest, form: Any, service: Callable[..., Any], **kwargs: Any) -> Any:
+    """Run ``service`` with the form's values; a refused change puts its errors on the form.
+
+    Returns what the service returned, or None when the form or the service refused it.
+    """
+    if not form.is_valid():
+        return None
+    try:
+        return service(actor=request.user, **kwargs, **form.service_values())
+    except ValidationError as exc:
+        forms.apply_errors(form, exc)
+        return None
+
+
+def _warn_overcommit(request: HttpRequest, instance_types: Iterable[int] | None = None) -> None:
+    """Tell the administrator, with both numbers, where quotas now exceed ready capacity."""
+    for warning in selectors.overcommit_warnings(instance_types):
+        messages.warning(request, warning)
+
+
+def _page(request: HttpRequest, rows: Any) -> Page:
+    return Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+
+
+# --- Home and capacity ------------------------------------------------------------------------------
+def home(request: HttpRequest) -> HttpResponse:
+    """Cluster administrators see the capacity overview; anyone else signed in goes to their teams."""
+    if not request.user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    if not is_cluster_admin(request.user):
+        try:
+            return redirect(reverse("allocations:my_teams"))
+        except NoReverseMatch:
+            return render(request, "console/ask_admin.html")
+    return _capacity(request)
+
+
+def _capacity(request: HttpRequest) -> HttpResponse:
+    overview = selectors.capacity_overview()
+    totals = {
+        "ready_gpus": sum(row.ready_gpus for row in overview),
+        "gpus_total": sum(row.gpus_total for row in overview),
+        "quota_sum": sum(row.quota_sum for row in overview),
+        "nodes_total": sum(row.nodes_total for row in overview),
+        "nodes_ready": sum(row.nodes_ready for row in overview),
+        "teams": Team.objects.count(),
+    }
+    return render(request, "console/capacity.html", {"overview": overview, "totals": totals})
+
+
+# --- Teams ------------------------------------------------------------------------------------------
+@cluster_admin_required
+def teams(request: HttpRequest) -> HttpResponse:
+    rows = Team.objects.annotate(member_count=Count("memberships")).prefetch_related(
+        Prefetch("quotas", queryset=TeamQuota.objects.select_related("instance_type"))
+    )
+    return render(request, "console/teams.html", {"teams": rows})
+
+
+def _quota_rows(formset: Any) -> list[tuple[Any, InstanceType]]:
+    """Each quota form with its instance type, for the table's first column."""
+    types = {t.pk: t for t in InstanceType.objects.all()}
+    rows = []
+    for form in formset.forms:
+        value = form["instance_type"].value()
+        instance_type = value if isinstance(value, InstanceType) else types.get(_int_or_none(value))
+        rows.append((form, instance_type))
+    return rows
+
+
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@cluster_admin_required
+def team_create(request: HttpRequest) -> HttpResponse:
+    """A new team with its settings and its quota of each instance type, in one form."""
+    form = forms.TeamForm(request.POST or None)
+    quotas = forms.TeamQuotaFormSet(
+        request.POST or None, initial=forms.quota_formset_initial(None), prefix="quota"
+    )
+    if request.method == "POST" and quotas.is_valid():
+        team = _save(
+            request,
+            form,
+            services.team_create,
+            quotas={q.cleaned_data["instance_type"]: q.quota_settings() for q in quotas.forms},
+        )
+        if team is not None:
+            messages.success(request, f"Team {team.name} created.")
+            _warn_overcommit(request)
+            return redirect("allocations:team_detail", name=team.name)
+    elif request.method == "POST":
+        form.is_valid()  # show the team's errors too, not only the quotas'
+    return render(
+        request, "console/team_form.html", {"form": form, "quotas": quotas, "quota_rows": _quota_rows(quotas)}
+    )
+
+
+@cluster_admin_required
+def team_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """A team's settings and quotas (saved together), its members, and the over-commit warning."""
+    team = get_object_or_404(Team, name=name)
+    form = forms.TeamForm(request.POST or None, instance=Team.objects.get(pk=team.pk))
+    quotas = forms.TeamQuotaFormSet(
+        request.POST or None, initial=forms.quota_formset_initial(team), prefix="quota"
+    )
+    if request.method == "POST":
+        settings_ok = form.is_valid()
+        quotas_ok = quotas.is_valid()
+        if settings_ok and quotas_ok:
+            saved = _save_team(request, team, form, quotas)
+            if saved is not None:
+                messages.success(request, f"Team {saved.name} saved.")
+                _warn_overcommit(request)
+                return redirect("allocations:team_detail", name=saved.name)
+    members = Membership.objects.filter(team=team).select_related("user").order_by("user__username")
+    return render(
+        request,
+        "console/team_detail.html",
+        {
+            "team": team,
+            "form": form,
+            "quotas": quotas,
+            "quota_rows": _quota_rows(quotas),
+            "members": [(m, forms.MembershipRoleForm(instance=m, prefix=f"m{m.pk}")) for m in members],
+            "member_form": forms.MembershipForm(team=team),
+            "overview": [row for row in selectors.capacity_overview() if row.over_committed],
+        },
+    )
+
+
+def _save_team(request: HttpRequest, team: Team, form: Any, quotas: Any) -> Team | None:
+    """Save the team's settings, then each quota row; stop at the first refusal (each service
+    owns its transaction, so what was saved before a refusal stays saved and is audited)."""
+    saved = _save(request, form, services.team_update, team=team)
+    if saved is None:
+        return None
+    for quota_form in quotas.forms:
+        try:
+            services.team_quota_set(
+                actor=request.user,
+                team=saved,
+                instance_type=quota_form.cleaned_data["instance_type"],
+                **quota_form.quota_settings(),
+            )
+        except ValidationError as exc:
+            forms.apply_errors(quota_form, exc)
+            return None
+    return saved
+
+
+@cluster_admin_required
+@require_POST
+def team_delete(request: HttpRequest, name: str) -> HttpResponse:
+    team = get_object_or_404(Team, name=name)
+    try:
+        services.team_delete(actor=request.user, team=team)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect("allocations:team_detail", name=team.name)
+    messages.success(request, f"Team {name} deleted.")
+    return redirect("allocations:console_teams")
+
+
+@cluster_admin_required
+@require_POST
+def member_add(request: HttpRequest, name: str) -> HttpResponse:
+    team = get_object_or_404(Team, name=name)
+    form = forms.MembershipForm(request.POST, team=team)
+    if form.is_valid():
+        try:
+            membership = services.membership_create(
+                actor=request.user,
+                team=team,
+                user=form.cleaned_data["username"],
+                role=form.cleaned_data["role"],
+                weekly_report=form.cleaned_data["weekly_report"],
+            )
+        except ValidationError as exc:
+            forms.apply_errors(form, exc)
+        else:
+            messages.success(request, f"{membership.user.get_username()} added to {team.name}.")
+            return redirect("allocations:team_detail", name=team.name)
+    for field, errors in form.errors.items():
+        label = form.fields[field].label if field in form.fields else "Member"
+        messages.error(request, f"{label}: {' '.join(errors)}")
+    return redirect("allocations:team_detail", name=team.name)
+
+
+@cluster_admin_required
+@require_POST
+def member_update(request: HttpRequest, name: str, pk: int) -> HttpResponse:
+    """Change a member's role (``action=save``) or remove them (``action=remove``)."""
+    membership = get_object_or_404(Membership.objects.select_related("user", "team"), pk=pk, team__name=name)
+    username = membership.user.get_username()
+    if request.POST.get("action") == "remove":
+        services.membership_delete(actor=request.user, membership=membership)
+        messages.success(request, f"{username} removed from {name}.")
+        return redirect("allocations:team_detail", name=name)
+    form = forms.MembershipRoleForm(request.POST, instance=membership, prefix=f"m{pk}")
+    if _save(request, form, services.membership_update, membership=membership) is not None:
+        messages.success(request, f"{username} is now {form.cleaned_data['role']} of {name}.")
+    else:
+        messages.error(request, " ".join(e for errors in form.errors.values() for e in errors))
+    return redirect("allocations:team_detail", name=name)
+
+
+# --- Priority classes ---------------------------------------------------------------------------------
+@cluster_admin_required
+def priority_classes(request: HttpRequest) -> HttpResponse:
+    form = forms.PriorityClassForm(request.POST or None)
+    if request.method == "POST":
+        created = _save(request, form, services.priority_class_create)
+        if created is not None:
+            messages.success(request, f"Priority class {created.name} created.")
+            return redirect("allocations:priority_classes")
+    rows = PriorityClass.objects.annotate(job_count=Count("jobs"))
+    return render(request, "console/priority_classes.html", {"classes": rows, "form": form})
+
+
+@cluster_admin_required
+def priority_class_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    priority_class = get_object_or_404(PriorityClass, pk=pk)
+    if request.method == "POST" and request.POST.get("action") == "delete":
+        services.priority_class_delete(actor=request.user, priority_class=priority_class)
+        messages.success(request, f"Priority class {priority_class.name} deleted.")
+        return redirect("allocations:priority_classes")
+    form = forms.PriorityClassForm(request.POST or None, instance=PriorityClass.objects.get(pk=pk))
+    if request.method == "POST":
+        saved = _save(request, form, services.priority_class_update, priority_class=priority_class)
+        if saved is not None:
+            messages.success(request, f"Priority class {saved.name} saved.")
+            return redirect("allocations:priority_classes")
+    return render(
+        request,
+        "console/edit.html",
+        {
+            "form": form,
+            "title": f"Priority class {priority_class.name}",
+            "back": "allocations:priority_classes",
+            "can_delete": True,
+            "delete_what": "this priority class (its jobs keep running with priority 0)",
+        },
+    )
+
+
+# --- Cluster policy and settings ----------------------------------------------------------------------
+@cluster_admin_required
+def policy(request: HttpRequest) -> HttpResponse:
+    """The cluster policy and the cluster's own settings, two forms on one page."""
+    cluster = selectors.get_cluster()
+    cluster_policy = getattr(cluster, "policy", None) if cluster is not None else None
+    which = request.POST.get("form") if request.method == "POST" else None
+    policy_form = forms.ClusterPolicyForm(
+        request.POST if which == "policy" else None, instance=cluster_policy, prefix="policy"
+    )
+    cluster_form = forms.ClusterForm(
+        request.POST if which == "cluster" else None, instance=cluster, prefix="cluster"
+    )
+    if which == "policy" and _save(request, policy_form, services.cluster_policy_update) is not None:
+        messages.success(request, "Cluster policy saved.")
+        return redirect("allocations:policy")
+    if which == "cluster" and _save(request, cluster_form, services.cluster_update) is not None:
+        messages.success(request, "Cluster settings saved.")
+        return redirect("allocations:policy")
+    return render(
+        request,
+        "console/policy.html",
+        {"policy_form": policy_form, "cluster_form": cluster_form, "cluster_policy": cluster_policy},
+    )
+
+
+# --- Nodes --------------------------------------------------------------------------------------------
+@cluster_admin_required
+def nodes(request: HttpRequest) -> HttpResponse:
+    form = forms.NodeForm(request.POST or None, prefix="new")
+    if request.method == "POST":
+        node = _save(request, form, services.node_create)
+        if node is not None:
+            messages.success(request, f"Node {node.name} added.")
+            return redirect("allocations:nodes")
+    state = request.GET.get("state", "")
+    instance_type = request.GET.get("instance_type", "")
+    rows = Node.objects.select_related("instance_type")
+    if state:
+        rows = rows.filter(state=state)
+    if instance_type:
+        rows = rows.filter(instance_type__name=instance_type)
+    page = _page(request, rows)
+    return render(
+        request,
+        "console/nodes.html",
+        {
+            "page": page,
+            "form": form,
+            "state_form": forms.NodeStateForm(),
+            "states": NodeState.choices,
+            "instance_types": InstanceType.objects.all(),
+            "selected_state": state,
+            "selected_type": instance_type,
+            "overview": selectors.capacity_overview(),
+        },
+    )
+
+
+@cluster_admin_required
+@require_POST
+def node_state(request: HttpRequest, pk: int) -> HttpResponse:
+    """Drain, take down or return a node to service (with a reason)."""
+    node = get_object_or_404(Node, pk=pk)
+    form = forms.NodeStateForm(request.POST)
+    if form.is_valid():
+        try:
+            node = services.node_update(
+                actor=request.user,
+                node=node,
+                state=form.cleaned_data["state"],
+                reason=form.cleaned_data["reason"],
+            )
+        except ValidationError as exc:
+            messages.error(request, f"{node.name}: {' '.join(exc.messages)}")
+        else:
+            messages.success(request, f"Node {node.name} is {node.state}.")
+            _warn_overcommit(request, [node.instance_type_id])
+    else:
+        messages.error(
+            request, f"{node.name}: {' '.join(e for errors in form.errors.values() for e in errors)}"
+        )
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        back = reverse("allocations:nodes")  # never send an administrator off-site
+    return redirect(back)
+
+
+@cluster_admin_required
+def node_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    node = get_object_or_404(Node, pk=pk)
+    if request.method == "POST" and request.POST.get("action") == "delete":
+        services.node_delete(actor=request.user, node=node)
+        messages.success(request, f"Node {node.name} removed.")
+        _warn_overcommit(request, [node.instance_type_id])
+        return redirect("allocations:nodes")
+    form = forms.NodeForm(request.POST or None, instance=Node.objects.get(pk=pk))
+    if request.method == "POST":
+        saved = _save(request, form, services.node_update, node=node)
+        if saved is not None:
+            messages.success(request, f"Node {saved.name} saved.")
+            _warn_overcommit(request, [saved.instance_type_id])
+            return redirect("allocations:nodes")
+    return render(
+        request,
+        "console/edit.html",
+        {
+            "form": form,
+            "title": f"Node {node.name}",
+            "back": "allocations:nodes",
+            "can_delete": True,
+            "delete_what": "this node (its capacity goes with it)",
+        },
+    )
+
+
+# --- Instance types -----------------------------------------------------------------------------------
+@cluster_admin_required
+def instance_types(request: HttpRequest) -> HttpResponse:
+    form = forms.InstanceTypeForm(request.POST or None)
+    if request.method == "POST":
+        created = _save(request, form, services.instance_type_create)
+        if created is not None:
+            messages.success(request, f"Instance type {created.name} added.")
+            return redirect("allocations:instance_types")
+    return render(
+        request, "console/instance_types.html", {"overview": selectors.capacity_overview(), "form": form}
+    )
+
+
+@cluster_admin_required
+def instance_type_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    instance_type = get_object_or_404(InstanceType, pk=pk)
+    if request.method == "POST" and request.POST.get("action") == "delete":
+        try:
+            services.instance_type_delete(actor=request.user, instance_type=instance_type)
+        except ValidationError as exc:
+            messages.error(request, " ".join(exc.messages))
+            return redirect("allocations:instance_type_edit", pk=pk)
+        messages.success(request, f"Instance type {instance_type.name} deleted.")
+        return redirect("allocations:instance_types")
+    form = forms.InstanceTypeForm(request.POST or None, instance=InstanceType.objects.get(pk=pk))
+    if request.method == "POST":
+        saved = _save(request, form, services.instance_type_update, instance_type=instance_type)
+        if saved is not None:
+            messages.success(request, f"Instance type {saved.name} saved.")
+            return redirect("allocations:instance_types")
+    return render(
+        request,
+        "console/edit.html",
+        {
+            "form": form,
+            "title": f"Instance type {instance_type.name}",
+            "back": "allocations:instance_types",
+            "can_delete": True,
+            "delete_what": "this instance type",
+        },
+    )
+
+
+# --- Jobs and audit -----------------------------------------------------------------------------------
+@cluster_admin_required
+def jobs(request: HttpRequest) -> HttpResponse:
+    """Every team's jobs, newest first, filtered by team and state, 50 a page."""
+    form = forms.JobFilterForm(request.GET or None)
+    team = state = ""
+    if form.is_valid():
+        team = form.cleaned_data["team"].name if form.cleaned_data["team"] else ""
+        state = form.cleaned_data["state"]
+    page = _page(request, selectors.console_jobs(team=team, state=state))
+    try:
+        reverse("allocations:job_detail", kwargs={"pk": 1})
+        job_links = True
+    except NoReverseMatch:
+        job_links = False
+    return render(request, "console/jobs.html", {"form": form, "page": page, "job_links": job_links})
+
+
+@cluster_admin_required
+def audit(request: HttpRequest) -> HttpResponse:
+    """Who changed what, from what to what, and when: filter by object, actor and date range."""
+    form = forms.AuditFilterForm(
+        request.GET or None, object_types=selectors.audit_object_types(), actors=selectors.audit_actors()
+    )
+    filters: dict[str, Any] = {}
+    if form.is_valid():
+        data = form.cleaned_data
+        filters = {
+            "object_type": data["object_type"],
+            "object_query": data["object"].strip(),
+            "actor": data["actor"],
+            "since": data["since"],
+            "until": data["until"],
+        }
+    page = _page(request, selectors.audit_entries(**filters))
+    return render(request, "console/audit.html", {"form": form, "page": page})
+
+
+urlpatterns = [
+    path("", home, name="home"),
+    path("console/teams/", teams, name="console_teams"),
+    path("console/teams/new/", team_create, name="team_create"),
+    path("console/teams/<slug:name>/", team_detail, name="team_detail"),
+    path("console/teams/<slug:name>/delete/", team_delete, name="team_delete"),
+    path("console/teams/<slug:name>/members/", member_add, name="member_add"),
+    path("console/teams/<slug:name>/members/<int:pk>/", member_update, name="member_update"),
+    path("console/priority-classes/", priority_classes, name="priority_classes"),
+    path("console/priority-classes/<int:pk>/", priority_class_edit, name="priority_class_edit"),
+    path("console/policy/", policy, name="policy"),
+    path("console/nodes/", nodes, name="nodes"),
+    path("console/nodes/<int:pk>/", node_edit, name="node_edit"),
+    path("console/nodes/<int:pk>/state/", node_state, name="node_state"),
+    path("console/instance-types/", instance_types, name="instance_types"),
+    path("console/instance-types/<int:pk>/", instance_type_edit, name="instance_type_edit"),
+    path("console/jobs/", jobs, name="console_jobs"),
+    path("console/audit/", audit, name="audit"),
+]

@@ -1,0 +1,1 @@
+"""Forms, one module per surface: ``policy`` for the admin console, ``jobs`` for team self-service."""

@@ -1,0 +1,363 @@
+"""Forms of the admin console. They check the shape of the input (a number, a known choice) and
+then run the service's own rules (``services.policy.validate_*``), so a person sees the same
+message, naming the field and the value, whether a change comes from the console or elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from django import forms
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+
+from allocations import choices
+from allocations.choices import JobState, Role
+from allocations.models import (
+    Cluster,
+    ClusterPolicy,
+    InstanceType,
+    Membership,
+    Node,
+    PriorityClass,
+    Team,
+    TeamQuota,
+)
+from allocations.services import policy as rules
+
+
+def apply_errors(form: forms.BaseForm, exc: ValidationError) -> None:
+    """Put a service's ValidationError on the form: a field's message on that field, anything
+    about fields the form does not show at the top of the form."""
+    if not hasattr(exc, "error_dict"):
+        form.add_error(None, exc)
+        return
+    for field, errors in exc.error_dict.items():
+        form.add_error(field if field in form.fields else None, errors)
+
+
+class WholeNumberField(forms.IntegerField):
+    """A whole number whose "not a number" message names the field and the value.
+
+    Bounds are the service's to check (with its message), so only the HTML input gets them.
+    """
+
+    def __init__(
+        self, *, unit: str = "", low: int | None = None, high: int | None = None, **kwargs: Any
+    ) -> None:
+        self.unit = unit
+        super().__init__(**kwargs)
+        if low is not None:
+            self.widget.attrs["min"] = low
+        if high is not None:
+            self.widget.attrs["max"] = high
+
+    def to_python(self, value: Any) -> int | None:
+        try:
+            return super().to_python(value)
+        except ValidationError as exc:
+            unit = f" of {self.unit}" if self.unit else ""
+            raise ValidationError(
+                f"{self.label} must be a whole number{unit}; got {value!r}.", code="invalid"
+            ) from exc
+
+
+class PolicyForm(forms.ModelForm):
+    """A ModelForm that checks the service's rules once every field has the right shape.
+
+    ``rule`` is one of ``services.policy.validate_*``; the form passes its values (and the row
+    being edited) so that, e.g., a duplicate name is reported on the name field.
+    """
+
+    rule: ClassVar[Callable[..., None] | None] = None
+
+    def service_values(self) -> dict[str, Any]:
+        """The values the service receives (the form's fields, cleaned)."""
+        return {name: self.cleaned_data.get(name) for name in self._meta.fields or ()}
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if self.rule is not None and not self.errors:
+            current = self.instance if self.instance.pk else None
+            try:
+                type(self).rule(self.service_values(), current)  # type: ignore[misc]
+            except ValidationError as exc:
+                apply_errors(self, exc)
+        return cleaned
+
+
+class InstanceTypeForm(PolicyForm):
+    rule = staticmethod(rules.validate_instance_type)  # type: ignore[assignment]
+    gpus_per_node = WholeNumberField(label="GPUs per node", unit="GPUs", low=1)
+    price_per_gpu_hour = forms.DecimalField(
+        label="Price per GPU-hour ($)",
+        decimal_places=4,
+        max_digits=10,
+        required=False,
+        error_messages={"invalid": "Price per GPU-hour must be a number of dollars, e.g. 4.10."},
+    )
+
+    class Meta:
+        model = InstanceType
+        fields = ["name", "gpus_per_node", "price_per_gpu_hour", "description"]
+
+    def service_values(self) -> dict[str, Any]:
+        values = super().service_values()
+        if values["price_per_gpu_hour"] is None:
+            values["price_per_gpu_hour"] = 0
+        return values
+
+
+class NodeForm(PolicyForm):
+    rule = staticmethod(rules.validate_node)  # type: ignore[assignment]
+    gpus = WholeNumberField(
+        label="GPUs", unit="GPUs", low=1, required=False, help_text="Empty: the instance type's GPUs per node"
+    )
+
+    class Meta:
+        model = Node
+        fields = ["name", "instance_type", "gpus", "state", "reason"]
+
+    def service_values(self) -> dict[str, Any]:
+        values = super().service_values()
+        if values["gpus"] is None and values["instance_type"] is not None:
+            values["gpus"] = values["instance_type"].gpus_per_node
+        return values
+
+
+class NodeStateForm(forms.Form):
+    """Change a node's state from the nodes list: ready, draining or down, with a reason."""
+
+    state = forms.ChoiceField(choices=choices.NodeState.choices)
+    reason = forms.CharField(max_length=200, required=False)
+
+
+class PriorityClassForm(PolicyForm):
+    rule = staticmethod(rules.validate_priority_class)  # type: ignore[assignment]
+    weight = WholeNumberField(label="Weight", low=0, high=100, help_text="0 to 100; higher runs first")
+
+    class Meta:
+        model = PriorityClass
+        fields = ["name", "weight", "description"]
+
+
+class TeamForm(PolicyForm):
+    rule = staticmethod(rules.validate_team)  # type: ignore[assignment]
+    fair_share_weight = WholeNumberField(
+        label="Fair-share weight", low=0, high=100, help_text="Claim on idle capacity; 0 = always last"
+    )
+    preempt_while_borrowing_max_priority = WholeNumberField(
+        label="Preempt while borrowing: maximum priority",
+        low=0,
+        high=100,
+        required=False,
+        help_text="Only victims of at most this priority (empty: any lower priority)",
+    )
+
+    class Meta:
+        model = Team
+        fields = list(rules.TEAM_FIELDS)
+        labels = {"name": "Name (a DNS label)", "preempt_while_borrowing": "Preempt while borrowing"}
+        help_texts = {
+            "name": "Lowercase letters, digits and '-', at most 40 characters",
+            "preempt_while_borrowing": "Empty: lower-priority, or never when reclaim is never",
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["preempt_while_borrowing"].choices = [
+            ("", "Default (POLICY.md)"),
+            *choices.PREEMPT_WHILE_BORROWING_CHOICES,
+        ]
+
+
+class TeamQuotaForm(PolicyForm):
+    """One row of a team's quotas: one instance type's quota with its borrow and lend limits."""
+
+    instance_type = forms.ModelChoiceField(queryset=InstanceType.objects.all(), widget=forms.HiddenInput)
+    quota = WholeNumberField(label="Quota", unit="GPUs", low=0)
+    borrow_limit_percent = WholeNumberField(label="Borrow limit percent", low=0, high=10000, required=False)
+    borrow_limit = WholeNumberField(label="Borrow limit", unit="GPUs", low=0, required=False)
+    lend_limit = WholeNumberField(label="Lend limit", unit="GPUs", low=0, required=False)
+
+    class Meta:
+        model = TeamQuota
+        fields = ["instance_type", *rules.QUOTA_FIELDS]
+
+    def quota_settings(self) -> dict[str, Any]:
+        """The settings ``team_quota_set`` takes (an empty percent means the default 50)."""
+        values = {name: self.cleaned_data.get(name) for name in rules.QUOTA_FIELDS}
+        if values["borrow_limit_percent"] is None:
+            values["borrow_limit_percent"] = 50
+        return values
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = forms.ModelForm.clean(self)
+        if not self.errors:
+            try:
+                rules.validate_quota(self.quota_settings())
+            except ValidationError as exc:
+                apply_errors(self, exc)
+        return cleaned
+
+
+class BaseTeamQuotaFormSet(forms.BaseFormSet):
+    def clean(self) -> None:
+        seen: set[int] = set()
+        for form in self.forms:
+            instance_type = form.cleaned_data.get("instance_type") if hasattr(form, "cleaned_data") else None
+            if instance_type is None:
+                continue
+            if instance_type.pk in seen:
+                raise ValidationError(
+                    f"{instance_type.name} appears twice; give one quota per instance type."
+                )
+            seen.add(instance_type.pk)
+
+
+TeamQuotaFormSet = forms.formset_factory(TeamQuotaForm, formset=BaseTeamQuotaFormSet, extra=0)
+
+
+def quota_formset_initial(team: Team | None) -> list[dict[str, Any]]:
+    """One row per instance type: the team's current settings, or the defaults (quota 0)."""
+    current: Mapping[int, TeamQuota] = (
+        {q.instance_type_id: q for q in team.quotas.all()} if team is not None and team.pk else {}
+    )
+    rows = []
+    for instance_type in InstanceType.objects.all():
+        quota = current.get(instance_type.pk)
+        values = (
+            {name: getattr(quota, name) for name in rules.QUOTA_FIELDS}
+            if quota is not None
+            else dict(rules.QUOTA_DEFAULTS)
+        )
+        rows.append({"instance_type": instance_type, **values})
+    return rows
+
+
+class ClusterForm(PolicyForm):
+    rule = staticmethod(lambda values, current: rules.validate_cluster(values))  # type: ignore[assignment]
+    backend_settings = forms.CharField(
+        label="Backend settings (JSON)",
+        widget=forms.Textarea(attrs={"rows": 4, "class": "mono"}),
+        required=False,
+        help_text='e.g. {"speedup": 60, "demo_workload": true}',
+    )
+
+    class Meta:
+        model = Cluster
+        fields = list(rules.CLUSTER_FIELDS)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not self.is_bound:
+            self.initial["backend_settings"] = json.dumps(self.instance.backend_settings or {}, indent=2)
+
+    def clean_backend_settings(self) -> dict[str, Any]:
+        text = self.cleaned_data.get("backend_settings") or "{}"
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValidationError(
+                f"Backend settings must be valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}."
+            ) from exc
+        if not isinstance(value, dict):
+            raise ValidationError(f"Backend settings must be a JSON object ({{...}}); got {text.strip()!r}.")
+        return value
+
+
+class ClusterPolicyForm(PolicyForm):
+    rule = staticmethod(lambda values, current: rules.validate_cluster_policy(values))  # type: ignore[assignment]
+
+    class Meta:
+        model = ClusterPolicy
+        fields = list(rules.CLUSTER_POLICY_FIELDS)
+
+
+class MembershipForm(PolicyForm):
+    """Add a user (by user name) to a team with a role."""
+
+    username = forms.CharField(label="User name", max_length=150)
+
+    class Meta:
+        model = Membership
+        fields = ["role", "weekly_report"]
+
+    def __init__(self, *args: Any, team: Team, **kwargs: Any) -> None:
+        self.team = team
+        super().__init__(*args, **kwargs)
+        self.order_fields(["username", "role", "weekly_report"])
+
+    def clean_username(self) -> Any:
+        username = self.cleaned_data["username"].strip()
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise ValidationError(f"There is no user named {username!r}.")
+        return user
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = forms.ModelForm.clean(self)
+        if not self.errors:
+            try:
+                rules.validate_membership(
+                    {
+                        "role": cleaned["role"],
+                        "weekly_report": cleaned["weekly_report"],
+                        "user": cleaned["username"],
+                        "team": self.team,
+                    }
+                )
+            except ValidationError as exc:
+                apply_errors(self, exc)
+        return cleaned
+
+
+class MembershipRoleForm(PolicyForm):
+    rule = staticmethod(rules.validate_membership)  # type: ignore[assignment]
+
+    class Meta:
+        model = Membership
+        fields = list(rules.MEMBERSHIP_FIELDS)
+
+
+# --- Filters of the console's lists (GET forms) -------------------------------------------------
+class JobFilterForm(forms.Form):
+    team = forms.ModelChoiceField(
+        queryset=Team.objects.all(), to_field_name="name", required=False, empty_label="All teams"
+    )
+    state = forms.ChoiceField(choices=[("", "All states"), *JobState.choices], required=False)
+
+
+class AuditFilterForm(forms.Form):
+    object_type = forms.ChoiceField(required=False, label="Object type")
+    object = forms.CharField(required=False, label="Object", max_length=200)
+    actor = forms.ChoiceField(required=False, label="Actor")
+    since = forms.DateField(
+        required=False,
+        label="From",
+        widget=forms.DateInput(attrs={"type": "date"}),
+        error_messages={"invalid": "From must be a date like 2026-01-31."},
+    )
+    until = forms.DateField(
+        required=False,
+        label="To",
+        widget=forms.DateInput(attrs={"type": "date"}),
+        error_messages={"invalid": "To must be a date like 2026-01-31."},
+    )
+
+    def __init__(self, *args: Any, object_types: list[str], actors: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["object_type"].choices = [("", "All types"), *((t, t) for t in object_types)]
+        self.fields["actor"].choices = [("", "Everyone"), *((a, a) for a in actors)]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        since, until = cleaned.get("since"), cleaned.get("until")
+        if since and until and since > until:
+            self.add_error("until", f"To ({until}) must not be before From ({since}).")
+        return cleaned
+
+
+ROLE_CHOICES = Role.choices
