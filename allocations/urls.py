@@ -2,7 +2,7 @@
 
 from django.urls import include, path
 
-from .views import console, cycles, dashboards, teams
+from .views import console, cycles, dashboards, interop, teams
 
 app_name = "allocations"
 
@@ -11,5 +11,6 @@ urlpatterns = [
     *teams.urlpatterns,
     *cycles.urlpatterns,
     *dashboards.urlpatterns,
+    *interop.urlpatterns,
     path("api/", include("allocations.api.urls")),
 ]
