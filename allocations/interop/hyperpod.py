@@ -327,6 +327,7 @@ def parse(text: str | bytes, state: PolicyState | None = None) -> ImportedPolicy
         imported.teams.append(team)
     if problems:
         raise ImportRefused(problems)
+    _keep_equivalent_settings(imported, state)
     arn = _configured_arn(state)
     for path, request in ([scheduler] if scheduler else []) + quotas:
         given = request.get("ClusterArn")
@@ -335,6 +336,35 @@ def parse(text: str | bytes, state: PolicyState | None = None) -> ImportedPolicy
                 f"{join_path(path, 'ClusterArn')}: {given!r} is not this cluster's ARN {arn!r}."
             )
     return imported
+
+
+def _keep_equivalent_settings(imported: ImportedPolicy, state: PolicyState) -> None:
+    """Leave alone what the export approximated and the import says back unchanged: a team's
+    ``lower-or-newer-equal-priority`` (exported as LowerPriority), and a percentage borrow limit
+    exported as the absolute limit it amounts to. Re-importing an export then changes nothing."""
+    teams = {team.name: team for team in state.teams}
+    for settings in imported.teams:
+        team = teams.get(settings.name)
+        if team is None:
+            continue
+        if (
+            settings.values.get("preempt_team_tasks") == "lower-priority"
+            and team.preempt_team_tasks == "lower-or-newer-equal-priority"
+        ):
+            del settings.values["preempt_team_tasks"]
+        current = {q.instance_type.name: q for q in state.quotas(team)}
+        for quota in settings.quotas or []:
+            existing = current.get(quota.instance_type)
+            values = quota.values
+            if (
+                existing is not None
+                and existing.borrow_limit_kind == BorrowLimitKind.PERCENT
+                and values.get("borrow_limit_kind") == BorrowLimitKind.ABSOLUTE
+                and values.get("quota") == existing.quota
+                and values.get("borrow_limit") == existing.quota * existing.borrow_limit_percent // 100
+            ):
+                for name in ("borrow_limit_kind", "borrow_limit", "borrow_limit_percent"):
+                    values.pop(name, None)
 
 
 def _configured_arn(state: PolicyState) -> str | None:

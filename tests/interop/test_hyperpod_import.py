@@ -73,20 +73,20 @@ def test_round_trip_into_an_empty_database_gives_the_same_policy(rich_policy, pe
 def test_importing_the_export_into_the_same_database_changes_nothing(rich_policy, personas_admin):
     rich_policy.add_inexpressible()
     imported = hyperpod.parse(hyperpod.export_policy().json())
-    # The approximated percentage of serving / g5 becomes absolute: the one expected change.
+    # Only the two priority classes beyond HyperPod's 10 go: the approximations (a second
+    # percentage as its absolute cap, lower-or-newer-equal-priority as LowerPriority) read back
+    # as what they approximate.
     changes = interop_policy.diff(imported)
-    assert {(c.object_repr, c.field) for c in changes} == {
-        ("serving / ml.g5.12xlarge", "borrow_limit_kind"),
-        ("serving / ml.g5.12xlarge", "borrow_limit"),
-        ("research", "preempt_team_tasks"),
-        *((f"extra-{i}", "weight") for i in range(2)),
-    }
+    assert {(c.action, c.object_repr) for c in changes} == {("delete", "extra-0"), ("delete", "extra-1")}
     # What HyperPod cannot express is kept: reclaim, lend limit, max priority.
     interop_policy.apply(imported, actor=personas_admin)
     research = Team.objects.get(name="research")
     assert research.reclaim == "lower-priority"
     assert research.preempt_while_borrowing == "never"
     assert TeamQuota.objects.get(team=research, instance_type__name="ml.p5.48xlarge").lend_limit == 10
+    assert research.preempt_team_tasks == "lower-or-newer-equal-priority"
+    serving_g5 = TeamQuota.objects.get(team__name="serving", instance_type__name="ml.g5.12xlarge")
+    assert (serving_g5.borrow_limit_kind, serving_g5.borrow_limit_percent) == ("percent", 75)
     assert Team.objects.get(name="serving").preempt_while_borrowing_max_priority == 40
     assert interop_policy.diff(hyperpod.parse(hyperpod.export_policy().json())) == []
 
@@ -374,3 +374,18 @@ def test_a_change_refused_while_applying_rolls_back_every_change(rich_policy, pe
 @pytest.fixture
 def personas_admin(db):
     return f.make_user("interop-admin", staff=True)
+
+
+def test_an_absolute_limit_that_differs_from_the_percentage_is_applied(rich_policy, personas_admin):
+    rich_policy.quota(rich_policy.serving, rich_policy.g5, quota=4, borrow_limit_percent=75)
+    bundle = hyperpod.export_policy().bundle
+    serving = bundle["ComputeQuotas"][2]["ComputeQuotaConfig"]["ResourceSharingConfig"]
+    assert serving["AbsoluteBorrowLimits"] == [{"InstanceType": "ml.g5.12xlarge", "Accelerators": 3}]
+    serving["AbsoluteBorrowLimits"][0]["Accelerators"] = 2
+    changes = interop_policy.apply(hyperpod.parse(json.dumps(bundle)), actor=personas_admin)
+    assert {(c.field, c.old, c.new) for c in changes} == {
+        ("borrow_limit_kind", "percent", "absolute"),
+        ("borrow_limit", "(none)", "2"),
+    }
+    quota = TeamQuota.objects.get(team=rich_policy.serving, instance_type=rich_policy.g5)
+    assert (quota.borrow_limit_kind, quota.borrow_limit) == ("absolute", 2)
