@@ -173,7 +173,7 @@ class SimulatedBackend(ClusterBackend):
     def start(self, job: JobSpec, nodes: tuple[tuple[str, int], ...]) -> str:
         """Run ``job`` on ``nodes``; a job already known is not started twice (a held one is
         restarted on the given nodes)."""
-        from django.db import transaction
+        from django.db import IntegrityError, transaction
 
         from allocations.models import Node, SimulatedJob
 
@@ -200,15 +200,19 @@ class SimulatedBackend(ClusterBackend):
                     setattr(known, key, value)
                 known.save()
                 return known.external_id
-            created = SimulatedJob.objects.create(
-                job_id=job.job_id,
-                external_id=f"sim-{job.job_id}",
-                name=job.name,
-                team=job.team,
-                instance_type=job.instance_type,
-                gpus=job.gpus,
-                **fields,
-            )
+            try:
+                with transaction.atomic():
+                    created = SimulatedJob.objects.create(
+                        job_id=job.job_id,
+                        external_id=f"sim-{job.job_id}",
+                        name=job.name,
+                        team=job.team,
+                        instance_type=job.instance_type,
+                        gpus=job.gpus,
+                        **fields,
+                    )
+            except IntegrityError:  # a concurrent start of the same job won: it runs once
+                return SimulatedJob.objects.get(job_id=job.job_id).external_id
             return created.external_id
 
     def _check_placement(

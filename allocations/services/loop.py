@@ -352,6 +352,7 @@ def _apply(
         started += 1
     pause = os.environ.get(PAUSE_BEFORE_APPLY_COMMIT_ENV)
     if pause:
+        log.warning("%s: pausing %s s before the apply commit", PAUSE_BEFORE_APPLY_COMMIT_ENV, pause)
         time.sleep(float(pause))
     return preempted, started, errors
 
