@@ -206,43 +206,19 @@ def _who(user: Any) -> str:
 
 
 # --- Team members -----------------------------------------------------------------------------
-def _audit_membership(action: str, *, actor: Any, membership: Membership, before: str | None = None) -> None:
-    """Record the change in the audit trail (the console engineer's audit service)."""
-    from allocations.services import audit
-
-    label = f"{membership.user.get_username()} in {membership.team.name}"
-    if action == "create":
-        audit.record_create(actor=actor, obj=membership, values={"role": membership.role}, object_repr=label)
-    elif action == "delete":
-        audit.record_delete(actor=actor, obj=membership, values={"role": membership.role}, object_repr=label)
-    else:
-        audit.record_changes(
-            actor=actor,
-            obj=membership,
-            before={"role": before},
-            after={"role": membership.role},
-            object_repr=label,
-        )
-
-
-def _check_role(role: str) -> None:
-    if role not in Role.values:
-        raise ValidationError({"role": f"Unknown role {role!r}; one of {', '.join(Role.values)}."})
+# The writes and their audit are the policy services' (one implementation for the console and
+# the team pages); what team self-service adds is that a team always keeps a team admin.
 
 
 def membership_add(*, actor: Any, team: Team, user: Any, role: str = Role.MEMBER) -> Membership:
-    """Give ``user`` a role in ``team`` (refused when they already have one)."""
-    _check_role(role)
-    with transaction.atomic():
-        if Membership.objects.filter(team=team, user=user).exists():
-            raise ValidationError({"username": f"{user.get_username()} is already in team {team.name}."})
-        membership = Membership.objects.create(team=team, user=user, role=role)
-        _audit_membership("create", actor=actor, membership=membership)
-    return membership
+    """Give ``user`` a role in ``team`` (refused, on ``user``, when they already have one)."""
+    from allocations.services import policy
+
+    return policy.membership_create(actor=actor, team=team, user=user, role=role)
 
 
 def _check_keeps_a_team_admin(membership: Membership, new_role: str | None) -> None:
-    """A team keeps at least one team admin, so it can always manage itself."""
+    """A team keeps at least one team admin, so that it can always manage itself."""
     if membership.role != Role.TEAM_ADMIN or new_role == Role.TEAM_ADMIN:
         return
     others = Membership.objects.filter(team=membership.team_id, role=Role.TEAM_ADMIN).exclude(
@@ -256,25 +232,19 @@ def _check_keeps_a_team_admin(membership: Membership, new_role: str | None) -> N
 
 def membership_set_role(*, actor: Any, membership: Membership, role: str) -> Membership:
     """Change a member's role; the last team admin cannot be demoted."""
-    _check_role(role)
+    from allocations.services import policy
+
     with transaction.atomic():
-        membership = (
-            Membership.objects.select_for_update().select_related("team", "user").get(pk=membership.pk)
-        )
-        _check_keeps_a_team_admin(membership, role)
-        before = membership.role
-        membership.role = role
-        membership.save(update_fields=["role"])
-        _audit_membership("update", actor=actor, membership=membership, before=before)
-    return membership
+        locked = Membership.objects.select_for_update().select_related("team", "user").get(pk=membership.pk)
+        _check_keeps_a_team_admin(locked, role)
+        return policy.membership_update(actor=actor, membership=locked, role=role)
 
 
 def membership_remove(*, actor: Any, membership: Membership) -> None:
     """Take a user out of a team (their jobs stay with the team); never the last team admin."""
+    from allocations.services import policy
+
     with transaction.atomic():
-        membership = (
-            Membership.objects.select_for_update().select_related("team", "user").get(pk=membership.pk)
-        )
-        _check_keeps_a_team_admin(membership, None)
-        _audit_membership("delete", actor=actor, membership=membership)
-        membership.delete()
+        locked = Membership.objects.select_for_update().select_related("team", "user").get(pk=membership.pk)
+        _check_keeps_a_team_admin(locked, None)
+        policy.membership_delete(actor=actor, membership=locked)

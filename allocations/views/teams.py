@@ -43,10 +43,13 @@ def _job(request: HttpRequest, pk: int) -> Job:
     )
 
 
-def _put_errors_on_form(form: Any, exc: ValidationError) -> None:
-    """A service's ValidationError, keyed by field, shown on the form's fields."""
+def _put_errors_on_form(form: Any, exc: ValidationError, renamed: dict[str, str] | None = None) -> None:
+    """A service's ValidationError, keyed by field, shown on the form's fields (``renamed``:
+    the service's name of a field -> the form's)."""
+    renamed = renamed or {}
     if hasattr(exc, "error_dict"):
         for field, errors in exc.message_dict.items():
+            field = renamed.get(field, field)
             form.add_error(field if field in form.fields else None, errors)
     else:
         form.add_error(None, exc.messages)

@@ -310,3 +310,13 @@ def test_a_membership_of_another_team_answers_404_even_to_a_team_admin(personas)
     response = client_for(personas.team_admin).post(f"/teams/team-a/members/{theirs.pk}/remove/")
     assert response.status_code == 404
     assert Membership.objects.filter(pk=theirs.pk).exists()
+
+
+def test_adding_someone_already_in_the_team_is_an_error_on_the_username(personas):
+    response = client_for(personas.team_admin).post(
+        "/teams/team-a/members/", {"username": "bob", "role": "viewer"}
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "already a member of team-a" in html
+    assert Membership.objects.get(user=personas.member).role == "member"
