@@ -369,8 +369,9 @@ def validate_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
         raise PermanentBackendError(f"settings: expected a JSON object, got {settings!r}")
     unknown = sorted(set(settings) - set(SETTINGS_DEFAULTS))
     if unknown:
+        given = ", ".join(f"settings.{key}={settings[key]!r}" for key in unknown)
         raise PermanentBackendError(
-            f"settings: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(SETTINGS_DEFAULTS))}"
+            f"unknown setting(s) {given}; known: {', '.join(sorted(SETTINGS_DEFAULTS))}"
         )
     merged = {**SETTINGS_DEFAULTS, **settings}
 
@@ -633,8 +634,6 @@ class SlurmBackend(ClusterBackend):
         partition = team_map.get("partition", self.config["partition"]).replace("{team}", job.team)
         account = team_map.get("account", self.config["account"]).replace("{team}", job.team)
         args = [
-            "--parsable",
-            "--hold",
             f"--job-name={self.prefix}{job.job_id}",
             f"--nodelist={','.join(n for n, _ in nodes)}",
             f"--nodes={len(nodes)}",
@@ -655,7 +654,10 @@ class SlurmBackend(ClusterBackend):
         args.extend(self.config["extra_sbatch_args"])
         command = job.command or f"sleep {int(job.duration_s or 0)}"
         args.append(f"--wrap={command}")
-        output = self._run("sbatch", *args).strip()
+        # A held submission skips Slurm's checks (an impossible request would pend forever
+        # as BadConstraints), so ask first: --test-only refuses exactly what sbatch would.
+        self._run("sbatch", "--test-only", *args)
+        output = self._run("sbatch", "--parsable", "--hold", *args).strip()
         slurm_id = output.split(";")[0].strip()
         if not slurm_id.isdigit():
             raise PermanentBackendError(f"sbatch printed {output!r}, not a job id")
