@@ -145,6 +145,12 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # Seconds between allocation cycles (the loop also runs soon after any change).
 ALLOCATION_INTERVAL = env_int("ALLOCATION_INTERVAL", 5)
+if ALLOCATION_INTERVAL < 1:
+    raise ValueError(f"environment variable ALLOCATION_INTERVAL={ALLOCATION_INTERVAL} must be at least 1")
+# Every periodic task, from one module (allocations/schedule.py).
+from allocations.schedule import beat_schedule  # noqa: E402
+
+CELERY_BEAT_SCHEDULE = beat_schedule(ALLOCATION_INTERVAL)
 
 # Bearer token that Prometheus sends to /metrics; empty: the endpoint is off (404).
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
