@@ -145,3 +145,10 @@ def test_bad_input_is_shown_with_its_path_and_changes_nothing(client, personas, 
     assert message in response.content.decode().replace("&#x27;", "'").replace("&quot;", '"')
     assert AuditEntry.objects.count() == before
     assert TeamQuota.objects.get(team=personas.team).quota == 8
+
+
+def test_the_import_page_starts_with_the_form_only(client, personas):
+    login(client, personas.cluster_admin)
+    page = client.get(reverse("allocations:import")).content.decode()
+    assert 'id="import-form"' in page
+    assert 'id="import-preview"' not in page and 'id="import-problems"' not in page
