@@ -392,3 +392,72 @@ def test_capacity_page_query_count_does_not_grow(personas, admin, django_assert_
         assert admin.get("/").status_code == 200
     with django_assert_max_num_queries(12):
         assert admin.get(reverse("allocations:console_teams")).status_code == 200
+
+
+# --- Django's admin (secondary): saves go through the services; history is read-only ------------
+@pytest.fixture
+def superuser_client(personas: Personas) -> Client:
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_superuser("root", "root@example.com", PASSWORD)
+    client = Client()
+    assert client.login(username="root", password=PASSWORD)
+    return client
+
+
+def test_django_admin_lists_every_model(personas, superuser_client):
+    f.make_job(personas.team, personas.instance_type, 8)
+    services.team_update(actor=None, team=personas.team, fair_share_weight=2)
+    for model in [
+        "cluster",
+        "clusterpolicy",
+        "instancetype",
+        "node",
+        "priorityclass",
+        "team",
+        "membership",
+        "teamquota",
+        "job",
+        "jobevent",
+        "auditentry",
+    ]:
+        assert superuser_client.get(f"/django-admin/allocations/{model}/").status_code == 200, model
+
+
+def test_django_admin_saves_through_the_service_and_audits(personas, superuser_client):
+    url = f"/django-admin/allocations/team/{personas.team.pk}/change/"
+    data = team_post(personas.team, {}, fair_share_weight=7)
+    data = {k: v for k, v in data.items() if not k.startswith("quota-")}
+    data.update(
+        {
+            "quotas-TOTAL_FORMS": 1,
+            "quotas-INITIAL_FORMS": 1,
+            "quotas-MIN_NUM_FORMS": 0,
+            "quotas-MAX_NUM_FORMS": 1000,
+            "quotas-0-id": TeamQuota.objects.get(team=personas.team).pk,
+        }
+    )
+    bad = superuser_client.post(url, {**data, "fair_share_weight": 101})
+    assert bad.status_code == 200
+    assert "Fair-share weight must be at most 100; got 101." in bad.content.decode()
+    response = superuser_client.post(url, data)
+    assert response.status_code == 302
+    entry = AuditEntry.objects.get()
+    assert (entry.actor_name, entry.field, entry.old_value, entry.new_value) == (
+        "root",
+        "fair_share_weight",
+        "1",
+        "7",
+    )
+
+
+def test_django_admin_history_is_read_only(personas, superuser_client):
+    services.team_update(actor=None, team=personas.team, fair_share_weight=2)
+    entry = AuditEntry.objects.get()
+    url = f"/django-admin/allocations/auditentry/{entry.pk}/change/"
+    assert "Save" not in superuser_client.get(url).content.decode().split("<form")[-1]
+    superuser_client.post(url, {"new_value": "forged"})
+    assert AuditEntry.objects.get().new_value == "2"
+    assert (
+        superuser_client.post(f"/django-admin/allocations/auditentry/{entry.pk}/delete/").status_code == 403
+    )
