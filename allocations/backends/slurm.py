@@ -91,6 +91,10 @@ JOB_STATES: dict[str, BackendJobState] = {
     "REVOKED": BackendJobState.CANCELLED,
 }
 LIVE_STATES = frozenset({BackendJobState.PENDING, BackendJobState.RUNNING})
+# Pending reasons of a released job that only waits for the next scheduling pass (or for the
+# GPUs a preempted job is still giving back). Any other reason (ReqNodeNotAvail,
+# PartitionDown, InvalidAccount...) means it is stuck, and it is reported pending.
+SCHEDULER_WAIT_REASONS = frozenset({"None", "", "Priority", "Resources"})
 
 # Node state words (``sinfo``'s base state and flags, any case, ``*``/``~``/``#`` suffixes
 # stripped) that make a node unusable, or being emptied.
@@ -151,6 +155,21 @@ class SlurmJob:
     start_time: float | None
     end_time: float | None
     exit_status: int | None
+    required_nodes: tuple[str, ...] = ()
+
+    @property
+    def starting(self) -> bool:
+        """Released by gpugov, not yet running, and only waiting for Slurm's scheduler.
+
+        Slurm then starts it on ``required_nodes`` (all of them, as ``-N`` equals their
+        number) at its next scheduling pass: for gpugov it is already placed there.
+        """
+        return (
+            self.state == "PENDING"
+            and not self.held
+            and self.restarts == 0
+            and self.reason in SCHEDULER_WAIT_REASONS
+        )
 
 
 # --- parsers (pure functions of Slurm's output; unit-tested on captured output) -------------
@@ -323,6 +342,7 @@ def parse_squeue_json(document: Mapping[str, Any]) -> list[SlurmJob]:
                 gpus_per_node=gres_gpus(str(raw.get("tres_per_node") or "")),
                 held=held,
                 restarts=int(_number(raw.get("restart_cnt")) or 0),
+                required_nodes=tuple(expand_hostlist(str(raw.get("required_nodes") or ""))),
                 start_time=start if start else None,
                 end_time=end if end else None,
                 exit_status=exit_status,
@@ -340,6 +360,14 @@ def backend_job(job_id: str, job: SlurmJob) -> BackendJob:
         reason = f"unknown Slurm job state {job.state}" + (f" ({reason})" if reason else "")
     elif job.state not in ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "REQUEUE_HOLD"):
         reason = job.state.lower() + (f": {reason}" if reason else "")
+    if job.starting:
+        return BackendJob(
+            job_id=job_id,
+            external_id=job.slurm_id,
+            state=BackendJobState.RUNNING,
+            nodes=tuple((node, job.gpus_per_node) for node in job.required_nodes),
+            reason=f"starting: waiting for Slurm's scheduler ({reason or 'not yet evaluated'})",
+        )
     if state is BackendJobState.PENDING and job.held and not reason:
         reason = "held"
     # A pending job holds no nodes; Slurm's start time for it is only a forecast.
@@ -568,19 +596,22 @@ class SlurmBackend(ClusterBackend):
     def start(self, job: JobSpec, nodes: tuple[tuple[str, int], ...]) -> str:
         """Run ``job`` on exactly ``nodes``; idempotent (see the module docstring).
 
-        1. A copy that runs, or was released and waits for Slurm's next scheduling pass, is
-           the job: return its id. An ended copy means the job ran: return its id too.
-        2. Otherwise (no copy, or only held ones: preempted, or a crash after ``sbatch -H``)
-           submit a fresh held copy on these nodes, cancel the old held copies, release it.
+        1. A copy that runs, or was released onto these same nodes and waits for Slurm's
+           scheduler, is the job: return its id. An ended copy means the job ran: its id too.
+        2. Otherwise (no copy; held copies: preempted, or a crash after ``sbatch -H``; a copy
+           Slurm requeued itself; a released copy on other nodes) submit a fresh held copy on
+           these nodes, cancel the other live copies, and release it.
         """
         per_node = self._validate_start(job, nodes)
         copies = self._job_copies(job.job_id)
         # 1. Already started (or ended): never a second copy.
         live = [c for c in copies if JOB_STATES.get(c.state) in LIVE_STATES]
+        wanted = sorted(name for name, _ in nodes)
         for copy in reversed(live):
             if JOB_STATES[copy.state] is BackendJobState.RUNNING:
                 return copy.slurm_id
-            if not copy.held and copy.restarts == 0:
+            released = copy.state == "PENDING" and not copy.held and copy.restarts == 0
+            if released and sorted(copy.required_nodes) == wanted and copy.gpus_per_node == per_node:
                 return copy.slurm_id
         if copies and not live:
             return copies[-1].slurm_id

@@ -76,6 +76,10 @@ SQUEUE_JOBS = [
     # Just after `scontrol requeuehold`: the script is being killed, the job is already held.
     {"job_id": 9, "name": "gpugov-cap", "job_state": "COMPLETING", "state_reason": "JobHeldUser", "nodes": "node4", "start_time": 1795970668, "end_time": 6090937904, "exit_code": 0, "tres_per_node": "gres:gpu:8", "restart_cnt": 1, "priority": 0},
     {"job_id": 10, "name": "gpugov-cap", "job_state": "PENDING", "state_reason": "JobHeldUser", "nodes": "", "start_time": 1795970674, "end_time": 6090937910, "exit_code": 0, "tres_per_node": "gres:gpu:8", "restart_cnt": 1, "priority": 0},
+    # Released onto node5 while its GPUs are busy: Slurm will start it there.
+    {"job_id": 92, "name": "gpugov-wait", "job_state": "PENDING", "state_reason": "Resources", "nodes": "", "required_nodes": "node5", "start_time": 1827507014, "end_time": 6122474250, "exit_code": 0, "tres_per_node": "gres:gpu:2", "restart_cnt": 0, "priority": 4294901668},
+    # Released onto node6, which was drained meanwhile: stuck.
+    {"job_id": 93, "name": "gpugov-stuck", "job_state": "PENDING", "state_reason": "ReqNodeNotAvail", "nodes": "", "required_nodes": "node6", "start_time": 0, "end_time": 0, "exit_code": 0, "tres_per_node": "gres:gpu:2", "restart_cnt": 0, "priority": 4294901667},
 ]  # fmt: skip
 SQUEUE_DOWN = {"meta": {}, "errors": [{"description": "Failed while looking for jobs", "error_number": -1, "error": "Unspecified error", "source": "slurm_load_jobs"}], "jobs": []}  # fmt: skip
 
@@ -225,6 +229,19 @@ def test_preempted_job_is_pending_even_while_slurm_still_kills_it() -> None:
         assert jobs[slurm_id].held
 
 
+def test_released_job_waiting_for_the_scheduler_counts_as_running_on_its_nodes() -> None:
+    jobs = {j.slurm_id: j for j in parse_squeue_json({"jobs": SQUEUE_JOBS})}
+    waiting = backend_job("wait", jobs["92"])
+    assert (waiting.state, waiting.nodes, waiting.started_at) == (
+        BackendJobState.RUNNING,
+        (("node5", 2),),
+        None,
+    )
+    assert "Resources" in waiting.reason
+    stuck = backend_job("stuck", jobs["93"])
+    assert (stuck.state, stuck.nodes, stuck.reason) == (BackendJobState.PENDING, (), "ReqNodeNotAvail")
+
+
 def test_reads_slurm_23_json_layout() -> None:
     raw = {
         "job_id": 12,
@@ -353,6 +370,17 @@ def job_of(backend: SlurmBackend, job_id: str) -> BackendJob | None:
     return next((j for j in backend.list_jobs() if j.job_id == job_id), None)
 
 
+def wait_running(backend: SlurmBackend, job_id: str) -> BackendJob:
+    """Wait until Slurm really runs the job (a start time, not just "starting")."""
+    seen = wait_for(
+        lambda: job_of(backend, job_id),
+        lambda j: j is not None and j.started_at is not None,
+        f"{job_id} to run",
+    )
+    assert seen is not None
+    return seen
+
+
 def state_of(backend: SlurmBackend, job_id: str) -> BackendJobState | None:
     job = job_of(backend, job_id)
     return job.state if job else None
@@ -397,7 +425,9 @@ def test_start_runs_the_job_on_the_chosen_node_with_its_gpus(
     )
     slurm_id = slurm_backend.start(job, (("node5", 2),))
     seen = wait_for(
-        lambda: job_of(slurm_backend, "run1"), lambda j: j is not None and j.state == "running", "run1 to run"
+        lambda: job_of(slurm_backend, "run1"),
+        lambda j: j is not None and j.started_at is not None,
+        "run1 to run",
     )
     assert seen is not None
     assert (seen.external_id, seen.nodes) == (slurm_id, (("node5", 2),))
@@ -418,7 +448,7 @@ def test_starting_the_same_job_twice_makes_one_slurm_job(slurm_backend: SlurmBac
     job = spec("twice", 8)
     first = slurm_backend.start(job, (("node2", 8),))
     second = slurm_backend.start(job, (("node2", 8),))
-    wait_for(lambda: state_of(slurm_backend, "twice"), lambda s: s == "running", "twice to run")
+    wait_running(slurm_backend, "twice")
     third = slurm_backend.start(job, (("node3", 8),))
     assert first == second == third
     assert [row["id"] for row in slurm_jobs_named(f"{slurm_backend.prefix}twice")] == [first]
@@ -428,7 +458,7 @@ def test_starting_the_same_job_twice_makes_one_slurm_job(slurm_backend: SlurmBac
 def test_a_multi_node_job_gets_whole_nodes(slurm_backend: SlurmBackend) -> None:
     slurm_id = slurm_backend.start(spec("wide", 16), (("node3", 8), ("node4", 8)))
     seen = wait_for(
-        lambda: job_of(slurm_backend, "wide"), lambda j: j is not None and j.state == "running", "wide"
+        lambda: job_of(slurm_backend, "wide"), lambda j: j is not None and j.started_at is not None, "wide"
     )
     assert seen is not None and seen.nodes == (("node3", 8), ("node4", 8))
     assert "NodeList=node[3-4] " in slurm("scontrol", "show", "job", slurm_id)
@@ -438,7 +468,7 @@ def test_a_multi_node_job_gets_whole_nodes(slurm_backend: SlurmBackend) -> None:
 def test_preempted_job_stays_held_until_gpugov_starts_it_again_elsewhere(slurm_backend: SlurmBackend) -> None:
     job = spec("pre", 4, instance_type="ml.g5.12xlarge")
     first = slurm_backend.start(job, (("node6", 4),))
-    wait_for(lambda: state_of(slurm_backend, "pre"), lambda s: s == "running", "pre to run")
+    wait_running(slurm_backend, "pre")
     slurm_backend.preempt("pre")
     slurm_backend.preempt("pre")  # idempotent
     held = job_of(slurm_backend, "pre")
@@ -460,10 +490,44 @@ def test_preempted_job_stays_held_until_gpugov_starts_it_again_elsewhere(slurm_b
     assert second != first
     assert slurm_backend.start(job, (("node5", 4),)) == second
     seen = wait_for(
-        lambda: job_of(slurm_backend, "pre"), lambda j: j is not None and j.state == "running", "restart"
+        lambda: job_of(slurm_backend, "pre"), lambda j: j is not None and j.started_at is not None, "restart"
     )
     assert seen is not None and (seen.external_id, seen.nodes) == (second, (("node5", 4),))
     states = {row["id"]: row["state"] for row in slurm_jobs_named(f"{slurm_backend.prefix}pre")}
+    assert states == {first: "CANCELLED", second: "RUNNING"}
+
+
+@pytest.mark.slurm
+def test_start_moves_a_job_still_waiting_for_its_nodes_when_placed_elsewhere(
+    slurm_backend: SlurmBackend,
+) -> None:
+    g5 = "ml.g5.12xlarge"
+    slurm_backend.start(spec("hog", 4, instance_type=g5), (("node5", 4),))
+    wait_running(slurm_backend, "hog")
+    first = slurm_backend.start(spec("late", 2, instance_type=g5), (("node5", 2),))
+    # node5 is full: Slurm keeps it pending (Resources); gpugov placed it, so it is running there.
+    wait_for(
+        lambda: slurm_jobs_named(f"{slurm_backend.prefix}late")[0]["state"],
+        lambda state: state == "PENDING",
+        "late to be evaluated",
+    )
+    seen = job_of(slurm_backend, "late")
+    assert seen is not None and (seen.state, seen.nodes, seen.started_at) == (
+        BackendJobState.RUNNING,
+        (("node5", 2),),
+        None,
+    )
+    assert slurm_backend.start(spec("late", 2, instance_type=g5), (("node5", 2),)) == first
+    # Placed elsewhere, it moves: a fresh copy on node6, the waiting one cancelled.
+    second = slurm_backend.start(spec("late", 2, instance_type=g5), (("node6", 2),))
+    assert second != first
+    seen = wait_for(
+        lambda: job_of(slurm_backend, "late"),
+        lambda j: j is not None and j.started_at is not None,
+        "late to run",
+    )
+    assert seen is not None and (seen.external_id, seen.nodes) == (second, (("node6", 2),))
+    states = {row["id"]: row["state"] for row in slurm_jobs_named(f"{slurm_backend.prefix}late")}
     assert states == {first: "CANCELLED", second: "RUNNING"}
 
 
@@ -477,7 +541,7 @@ def test_preempting_an_ended_or_unknown_job_does_nothing(slurm_backend: SlurmBac
 @pytest.mark.slurm
 def test_cancel_stops_the_job_for_good(slurm_backend: SlurmBackend) -> None:
     slurm_id = slurm_backend.start(spec("gone", 1), (("node1", 1),))
-    wait_for(lambda: state_of(slurm_backend, "gone"), lambda s: s == "running", "gone to run")
+    wait_running(slurm_backend, "gone")
     slurm_backend.cancel("gone")
     slurm_backend.cancel("gone")  # idempotent
     seen = wait_for(
@@ -547,7 +611,7 @@ def test_unreachable_slurmctld_is_transient_and_calls_recover_once_it_is_back(
     pid_file = Path("/run/slurm/slurmctld.pid")
     require_service(os.geteuid() == 0 and pid_file.exists(), "root and slurmctld started by scripts/slurm-up")
     slurm_id = slurm_backend.start(spec("survivor", 1), (("node1", 1),))
-    wait_for(lambda: state_of(slurm_backend, "survivor"), lambda s: s == "running", "survivor to run")
+    wait_running(slurm_backend, "survivor")
     quick = SlurmBackend({**slurm_backend.settings, "timeout_s": 2})
     pid = int(pid_file.read_text())
     os.kill(pid, signal.SIGTERM)
