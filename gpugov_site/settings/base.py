@@ -126,6 +126,8 @@ else:
         "data_folder_in": str(_broker_dir),
         "data_folder_out": str(_broker_dir),
         "processed_folder": str(VAR_DIR / "celery" / "processed"),
+        # Exchange tables; kombu's default is ./control, relative to the working directory.
+        "control_folder": str(VAR_DIR / "celery" / "control"),
         "store_processed": False,
     }
     CELERY_RESULT_BACKEND = f"file://{VAR_DIR / 'celery' / 'results'}"
