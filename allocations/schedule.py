@@ -20,6 +20,12 @@ def beat_schedule(allocation_interval: int) -> dict[str, dict[str, Any]]:
             # A tick that waited in the queue longer than one interval is superseded by the next.
             "options": {"expires": float(allocation_interval)},
         },
+        # Does nothing unless the cluster's backend_settings has "demo_workload": true.
+        "demo-workload": {
+            "task": "allocations.demo_workload",
+            "schedule": float(allocation_interval),
+            "options": {"expires": float(allocation_interval)},
+        },
         "capacity-history": {
             "task": "allocations.record_history",
             "schedule": 60.0,

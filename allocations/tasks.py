@@ -86,6 +86,17 @@ def run_cycle(trigger: str = "beat") -> int | None:
     return run.pk
 
 
+@shared_task(name="allocations.demo_workload", ignore_result=True)
+def demo_workload() -> int:
+    """Submit the demo teams' jobs (services/demo.py); does nothing unless the cluster's
+    ``demo_workload`` setting is on. Safe to run twice: it tops backlogs up to a target."""
+    from django.utils import timezone
+
+    from allocations.services.demo import demo_workload_tick
+
+    return demo_workload_tick(timezone.now())
+
+
 @shared_task(name="allocations.record_history", ignore_result=True)
 def record_history() -> str:
     """Sample this minute's capacity history, roll it up and prune it (services/history.py).

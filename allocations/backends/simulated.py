@@ -49,6 +49,8 @@ SETTINGS: dict[str, tuple[type, Any, float | None]] = {
     "seed": (int, 0, None),
     "retention_s": (float, 86400.0, 0.0),
 }
+# available: false takes the cluster offline; demo_workload is read by services/demo.py.
+OTHER_SETTINGS = {"available", "demo_workload"}
 
 
 def _now() -> datetime:
@@ -84,6 +86,12 @@ class SimulatedBackend(ClusterBackend):
         if self.default_duration_s <= 0:
             raise PermanentBackendError(
                 f"backend_settings.default_duration_s must be above 0, not {self.default_duration_s!r}"
+            )
+        unknown = sorted(set(settings) - set(SETTINGS) - OTHER_SETTINGS)
+        if unknown:
+            known = ", ".join(sorted({*SETTINGS, *OTHER_SETTINGS}))
+            raise PermanentBackendError(
+                f"backend_settings.{unknown[0]} is not a setting of the simulated backend (known: {known})"
             )
         available = settings.get("available", True)
         if not isinstance(available, bool):

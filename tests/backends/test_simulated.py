@@ -172,3 +172,11 @@ def test_node_failures_are_seeded_fail_the_jobs_on_the_node_and_are_repaired(
 def test_no_failures_when_the_rate_is_zero(cluster_nodes: list[Node]) -> None:
     backend = get_backend("simulated", {"seed": 7})
     assert {n.state for n in backend.list_nodes()} == {NodeState.READY}
+
+
+def test_unknown_settings_are_named() -> None:
+    with pytest.raises(
+        PermanentBackendError, match=r"backend_settings\.speed is not a setting of the simulated"
+    ):
+        get_backend("simulated", {"speed": 60})
+    get_backend("simulated", {"speedup": 60, "demo_workload": True})  # what load_demo writes
