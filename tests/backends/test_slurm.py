@@ -470,7 +470,6 @@ def test_preempted_job_stays_held_until_gpugov_starts_it_again_elsewhere(slurm_b
     first = slurm_backend.start(job, (("node6", 4),))
     wait_running(slurm_backend, "pre")
     slurm_backend.preempt("pre")
-    slurm_backend.preempt("pre")  # idempotent
     held = job_of(slurm_backend, "pre")
     assert held is not None and (held.state, held.nodes, held.external_id) == (
         BackendJobState.PENDING,
@@ -482,9 +481,13 @@ def test_preempted_job_stays_held_until_gpugov_starts_it_again_elsewhere(slurm_b
     watch_until = time.monotonic() + 10
     while time.monotonic() < watch_until:
         assert state_of(slurm_backend, "pre") is BackendJobState.PENDING
+        assert slurm_jobs_named(f"{slurm_backend.prefix}pre")[0]["state"] in ("PENDING", "COMPLETING")
         time.sleep(1)
     [row] = slurm_jobs_named(f"{slurm_backend.prefix}pre")
     assert (row["state"], row["priority"]) == ("PENDING", "0")
+    slurm_backend.preempt("pre")  # idempotent: still the one held job
+    [row] = slurm_jobs_named(f"{slurm_backend.prefix}pre")
+    assert (row["id"], row["state"], row["priority"]) == (first, "PENDING", "0")
     # gpugov places it again, on the other g5 node.
     second = slurm_backend.start(job, (("node5", 4),))
     assert second != first
