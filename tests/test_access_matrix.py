@@ -17,7 +17,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from allocations.choices import JobState
-from allocations.models import Job, Membership
+from allocations.models import ClusterPolicy, Job, Membership, Node, PriorityClass, Team, TeamQuota
 from tests import factories as f
 
 PERSONAS = ("cluster_admin", "team_admin", "member", "viewer", "other_member", "outsider", "anonymous")
@@ -30,6 +30,7 @@ class Objects:
     admin_job: Job  # pending, team-a, submitted by the team admin (not the member's own)
     finished_job: Job  # finished, team-a, submitted by the member
     viewer_membership: Membership
+    quota: TeamQuota  # team-a's quota of ml.p5.48xlarge
 
 
 @pytest.fixture
@@ -42,6 +43,7 @@ def objects(personas) -> Objects:
             personas.team, it, 1, submitter=personas.member, command="x", state=JobState.FINISHED
         ),
         viewer_membership=Membership.objects.get(user=personas.viewer),
+        quota=TeamQuota.objects.get(team=personas.team),
     )
 
 
@@ -192,6 +194,54 @@ CASES = [
         api=True,
     ),
     row("api usage", "get", lambda o: "/api/v1/usage/", "200 200 200 200 200 200 401", api=True),
+    # Cluster admins change the cluster; a visible object gives 403 to others, an invisible 404.
+    row(
+        "api add node",
+        "post",
+        lambda o: "/api/v1/nodes/",
+        "201 403 403 403 403 403 401",
+        {"name": "p5-extra", "instance_type": "ml.p5.48xlarge"},
+        api=True,
+    ),
+    row(
+        "api change class",
+        "patch",
+        lambda o: "/api/v1/priority-classes/training/",
+        "200 403 403 403 403 403 401",
+        {"weight": 99},
+        api=True,
+    ),
+    row(
+        "api delete class",
+        "delete",
+        lambda o: "/api/v1/priority-classes/experimentation/",
+        "204 403 403 403 403 403 401",
+        api=True,
+    ),
+    row(
+        "api change policy",
+        "patch",
+        lambda o: "/api/v1/policy/",
+        "200 403 403 403 403 403 401",
+        {"queueing": "strict-fifo"},
+        api=True,
+    ),
+    row(
+        "api change team",
+        "patch",
+        lambda o: "/api/v1/teams/team-a/",
+        "200 403 403 403 404 404 401",
+        {"fair_share_weight": 5},
+        api=True,
+    ),
+    row(
+        "api change quota",
+        "patch",
+        lambda o: f"/api/v1/quotas/{o.quota.pk}/",
+        "200 403 403 403 404 404 401",
+        {"quota": 4},
+        api=True,
+    ),
     row("api schema", "get", lambda o: "/api/schema/", "200 200 200 200 200 200 200", api=True),
     row("api docs", "get", lambda o: "/api/docs/", "200 200 200 200 200 200 200", api=True),
 ]
@@ -202,6 +252,11 @@ def _state() -> tuple[Any, ...]:
     return (
         sorted(Job.objects.values_list("pk", "state")),
         sorted(Membership.objects.values_list("pk", "user_id", "role")),
+        sorted(Node.objects.values_list("name", "state")),
+        sorted(PriorityClass.objects.values_list("name", "weight")),
+        sorted(Team.objects.values_list("name", "fair_share_weight", "active")),
+        sorted(TeamQuota.objects.values_list("pk", "quota")),
+        sorted(ClusterPolicy.objects.values_list("pk", "queueing")),
     )
 
 
@@ -222,15 +277,16 @@ def test_access(personas, objects, case, persona, expected):
     if case.method == "get":
         response = client.get(url)
     else:
-        response = client.post(url, case.data or {}, **({"format": "json"} if case.api else {}))
+        send = getattr(client, case.method)
+        response = send(url, case.data or {}, **({"format": "json"} if case.api else {}))
     if expected == LOGIN:
         assert response.status_code == 302
         assert response["Location"].startswith("/accounts/login/")
     else:
         assert response.status_code == expected, response.content[:300]
-    if case.method == "post" and (expected == LOGIN or expected >= 400):
+    if case.method != "get" and (expected == LOGIN or expected >= 400):
         assert _state() == before, "a refused request changed something"
-    if case.method == "post" and expected in (200, 201, 302):
+    if case.method != "get" and expected in (200, 201, 204, 302):
         assert _state() != before, "an accepted request changed nothing"
 
 

@@ -63,33 +63,42 @@ class ErrorsQuoteValues:
             raise serializers.ValidationError(with_values(exc.detail, data)) from exc
 
 
-class InstanceTypeSerializer(serializers.ModelSerializer):
+class InstanceTypeSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
     class Meta:
         model = InstanceType
         fields = ["name", "gpus_per_node", "price_per_gpu_hour", "description"]
 
 
-class NodeSerializer(serializers.ModelSerializer):
-    instance_type = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class NodeSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
+    instance_type = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=InstanceType.objects.all(),
+        error_messages={"does_not_exist": "No instance type is called {value}."},
+    )
 
     class Meta:
         model = Node
         fields = ["name", "instance_type", "gpus", "state", "state_since", "reason"]
+        read_only_fields = ["state_since"]
+        extra_kwargs = {
+            "gpus": {"required": False, "help_text": "Default: the instance type's GPUs per node"}
+        }
 
 
-class PriorityClassSerializer(serializers.ModelSerializer):
+class PriorityClassSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
     class Meta:
         model = PriorityClass
         fields = ["name", "weight", "description"]
 
 
-class ClusterPolicySerializer(serializers.ModelSerializer):
+class ClusterPolicySerializer(ErrorsQuoteValues, serializers.ModelSerializer):
     class Meta:
         model = ClusterPolicy
         fields = ["idle_allocation", "task_ranking", "share_unallocated", "queueing", "updated_at"]
+        read_only_fields = ["updated_at"]
 
 
-class TeamSerializer(serializers.ModelSerializer):
+class TeamSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
     role = serializers.SerializerMethodField(help_text="Your role in the team (empty for cluster admins)")
 
     class Meta:
@@ -112,9 +121,20 @@ class TeamSerializer(serializers.ModelSerializer):
         return (access.role_in(request.user, team) or "") if request else ""
 
 
-class QuotaSerializer(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    instance_type = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class QuotaSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
+    """A team's quota of one instance type. Writing one (cluster admins) sets it: it is created
+    on first use, then changed; ``team`` and ``instance_type`` cannot change afterwards."""
+
+    team = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Team.objects.all(),
+        error_messages={"does_not_exist": "No team called {value} that you can see."},
+    )
+    instance_type = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=InstanceType.objects.all(),
+        error_messages={"does_not_exist": "No instance type is called {value}."},
+    )
 
     class Meta:
         model = TeamQuota
@@ -127,6 +147,8 @@ class QuotaSerializer(serializers.ModelSerializer):
             "borrow_limit",
             "lend_limit",
         ]
+        # team_quota_set is an upsert: the pair's uniqueness is not a client error here.
+        validators: list[Any] = []
 
 
 class PendingReasonSerializer(serializers.Serializer):

@@ -14,7 +14,6 @@ router.register("quotas", views.QuotaViewSet, basename="quota")
 router.register("instance-types", views.InstanceTypeViewSet, basename="instance-type")
 router.register("nodes", views.NodeViewSet, basename="node")
 router.register("priority-classes", views.PriorityClassViewSet, basename="priority-class")
-router.register("policy", views.ClusterPolicyViewSet, basename="policy")
 router.register("jobs", views.JobViewSet, basename="job")
 router.register("job-events", views.JobEventViewSet, basename="job-event")
 router.register("pending-reasons", views.PendingReasonViewSet, basename="pending-reason")
@@ -22,6 +21,7 @@ router.register("usage", views.UsageViewSet, basename="usage")
 
 urlpatterns = [
     path("v1/auth/token/", obtain_auth_token, name="api-token"),
+    path("v1/policy/", views.ClusterPolicyView.as_view(), name="api-policy"),
     path("v1/", include(router.urls)),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="allocations:api-schema"), name="api-docs"),

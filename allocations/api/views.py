@@ -20,6 +20,7 @@ from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -40,6 +41,7 @@ from allocations.models import (
 from allocations.selectors.jobs import with_related
 from allocations.selectors.snapshot import build_snapshot
 from allocations.services import jobs as job_services
+from allocations.services import policy as policy_services
 
 from . import serializers as s
 
@@ -59,7 +61,63 @@ class ApiView:
     permission_classes = [permissions.IsAuthenticated]
 
 
-class ClusterReadView(ApiView, viewsets.ReadOnlyModelViewSet):  # type: ignore[type-arg]
+def require_cluster_admin(request: Request) -> None:
+    if not access.is_cluster_admin(request.user):
+        raise PermissionDenied("Only cluster administrators change the cluster's policy.")
+
+
+class AdminWrites:
+    """Create, change and delete for cluster admins only, through the policy services (which
+    validate the rules and write the audit trail); everyone else who sees the object gets 403.
+
+    ``create_service(actor=..., **fields)``, ``update_service(actor=..., <object_kwarg>=obj,
+    **changes)`` and ``delete_service(actor=..., <object_kwarg>=obj)``.
+    """
+
+    create_service: Any
+    update_service: Any
+    delete_service: Any
+    object_kwarg: str
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        require_cluster_admin(request)
+        serializer = self.get_serializer(data=request.data)  # type: ignore[attr-defined]
+        serializer.is_valid(raise_exception=True)
+        try:
+            obj = type(self).create_service(actor=request.user, **serializer.validated_data)
+        except DjangoValidationError as exc:
+            _raise_400(exc)
+        return Response(self.get_serializer(obj).data, status=status.HTTP_201_CREATED)  # type: ignore[attr-defined]
+
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        obj = self.get_object()  # type: ignore[attr-defined]  # 404 before 403: invisible is missing
+        require_cluster_admin(request)
+        serializer = self.get_serializer(obj, data=request.data, partial=kwargs.get("partial", False))  # type: ignore[attr-defined]
+        serializer.is_valid(raise_exception=True)
+        try:
+            obj = type(self).update_service(
+                actor=request.user, **{self.object_kwarg: obj}, **serializer.validated_data
+            )
+        except DjangoValidationError as exc:
+            _raise_400(exc)
+        return Response(self.get_serializer(obj).data)  # type: ignore[attr-defined]
+
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return self.update(request, *args, partial=True, **kwargs)
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        obj = self.get_object()  # type: ignore[attr-defined]
+        require_cluster_admin(request)
+        try:
+            type(self).delete_service(actor=request.user, **{self.object_kwarg: obj})
+        except DjangoValidationError as exc:
+            _raise_400(exc)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ClusterReadView(ApiView, AdminWrites, viewsets.ModelViewSet):  # type: ignore[type-arg]
+    """Read by staff and team members; written by cluster admins."""
+
     permission_classes = [permissions.IsAuthenticated, CanReadCluster]
 
 
@@ -68,6 +126,10 @@ class InstanceTypeViewSet(ClusterReadView):
 
     queryset = InstanceType.objects.order_by("name")
     serializer_class = s.InstanceTypeSerializer
+    create_service = staticmethod(policy_services.instance_type_create)
+    update_service = staticmethod(policy_services.instance_type_update)
+    delete_service = staticmethod(policy_services.instance_type_delete)
+    object_kwarg = "instance_type"
     lookup_field = "name"
     lookup_value_regex = r"[a-z0-9.-]+"
 
@@ -85,6 +147,10 @@ class NodeViewSet(ClusterReadView):
 
     queryset = Node.objects.select_related("instance_type").order_by("name")
     serializer_class = s.NodeSerializer
+    create_service = staticmethod(policy_services.node_create)
+    update_service = staticmethod(policy_services.node_update)
+    delete_service = staticmethod(policy_services.node_delete)
+    object_kwarg = "node"
     filterset_class = NodeFilter
     lookup_field = "name"
     lookup_value_regex = r"[^/]+"
@@ -95,28 +161,48 @@ class PriorityClassViewSet(ClusterReadView):
 
     queryset = PriorityClass.objects.order_by("-weight", "name")
     serializer_class = s.PriorityClassSerializer
+    create_service = staticmethod(policy_services.priority_class_create)
+    update_service = staticmethod(policy_services.priority_class_update)
+    delete_service = staticmethod(policy_services.priority_class_delete)
+    object_kwarg = "priority_class"
     lookup_field = "name"
 
 
-class ClusterPolicyViewSet(ApiView, viewsets.GenericViewSet):  # type: ignore[type-arg]
-    """The cluster policy (one per cluster)."""
+class ClusterPolicyView(ApiView, GenericAPIView):  # type: ignore[type-arg]
+    """The cluster policy (one per cluster); cluster admins change it with PATCH."""
 
     permission_classes = [permissions.IsAuthenticated, CanReadCluster]
     serializer_class = s.ClusterPolicySerializer
     pagination_class = None
     filter_backends: list[Any] = []
 
-    @extend_schema(responses=s.ClusterPolicySerializer)
-    def list(self, request: Request) -> Response:
-        policy = ClusterPolicy.objects.filter(cluster_id=1).first() or ClusterPolicy(cluster_id=1)
+    def _policy(self) -> ClusterPolicy:
+        return ClusterPolicy.objects.filter(cluster_id=1).first() or ClusterPolicy(cluster_id=1)
+
+    def get(self, request: Request) -> Response:
+        return Response(self.get_serializer(self._policy()).data)
+
+    def patch(self, request: Request) -> Response:
+        require_cluster_admin(request)
+        serializer = self.get_serializer(self._policy(), data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        try:
+            policy = policy_services.cluster_policy_update(actor=request.user, **serializer.validated_data)
+        except DjangoValidationError as exc:
+            _raise_400(exc)
         return Response(self.get_serializer(policy).data)
 
 
-class TeamViewSet(ApiView, viewsets.ReadOnlyModelViewSet):  # type: ignore[type-arg]
-    """The teams you see: yours (every team for cluster admins)."""
+class TeamViewSet(ApiView, AdminWrites, viewsets.ModelViewSet):  # type: ignore[type-arg]
+    """The teams you see: yours (every team for cluster admins, who also create, change and
+    delete them; a team with jobs on record is deactivated instead of deleted)."""
 
     serializer_class = s.TeamSerializer
     lookup_field = "name"
+    create_service = staticmethod(policy_services.team_create)
+    update_service = staticmethod(policy_services.team_update)
+    delete_service = staticmethod(policy_services.team_delete)
+    object_kwarg = "team"
 
     def get_queryset(self) -> QuerySet[Team]:
         return access.visible_teams(self.request.user).order_by("name")
@@ -131,11 +217,39 @@ class QuotaFilter(django_filters.FilterSet):
         fields = ["team", "instance_type"]
 
 
-class QuotaViewSet(ApiView, viewsets.ReadOnlyModelViewSet):  # type: ignore[type-arg]
-    """Quotas of the teams you see, per instance type, with their borrow and lend limits."""
+def _set_quota(*, actor: Any, row: TeamQuota | None = None, **fields: Any) -> TeamQuota:
+    """Create or change a quota (``team_quota_set``); its team and type are fixed once set."""
+    team = fields.pop("team", None) if row is None else row.team
+    instance_type = fields.pop("instance_type", None) if row is None else row.instance_type
+    if row is not None:
+        for fixed in ("team", "instance_type"):
+            if fixed in fields and fields.pop(fixed) != getattr(row, fixed):
+                raise DjangoValidationError(
+                    {fixed: f"A quota's {fixed} cannot change; set the other quota instead."}
+                )
+    result = policy_services.team_quota_set(actor=actor, team=team, instance_type=instance_type, **fields)
+    if result is None:  # all defaults where none existed: nothing to store, show the defaults
+        result = TeamQuota(team=team, instance_type=instance_type, **policy_services.QUOTA_DEFAULTS)
+    return result
+
+
+def _delete_quota(*, actor: Any, row: TeamQuota) -> None:
+    """Back to the defaults (quota 0): a missing row means exactly that."""
+    policy_services.team_quota_set(
+        actor=actor, team=row.team, instance_type=row.instance_type, **policy_services.QUOTA_DEFAULTS
+    )
+
+
+class QuotaViewSet(ApiView, AdminWrites, viewsets.ModelViewSet):  # type: ignore[type-arg]
+    """Quotas of the teams you see, per instance type, with their borrow and lend limits.
+    Cluster admins set them (POST creates or changes the team's quota of that type)."""
 
     serializer_class = s.QuotaSerializer
     filterset_class = QuotaFilter
+    create_service = staticmethod(_set_quota)
+    update_service = staticmethod(_set_quota)
+    delete_service = staticmethod(_delete_quota)
+    object_kwarg = "row"  # not "quota": that is one of the quota's own fields
 
     def get_queryset(self) -> QuerySet[TeamQuota]:
         queryset = TeamQuota.objects.select_related("team", "instance_type").order_by(
