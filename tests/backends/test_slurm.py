@@ -608,6 +608,31 @@ def test_drained_node_shows_draining_and_ready_again_after_resume(slurm_backend:
 
 
 @pytest.mark.slurm
+@pytest.mark.slow
+def test_node_whose_slurmd_dies_shows_down_and_ready_once_it_is_back(slurm_backend: SlurmBackend) -> None:
+    pid_file = Path("/run/slurm/slurmd-node6.pid")
+    require_service(os.geteuid() == 0 and pid_file.exists(), "root and slurmd started by scripts/slurm-up")
+    os.kill(int(pid_file.read_text()), signal.SIGTERM)
+    try:
+        # SlurmdTimeout is 10 s in scripts/slurm-up (300 s by default).
+        node6 = wait_for(
+            lambda: {n.name: n for n in slurm_backend.list_nodes()}["node6"],
+            lambda n: n.state is NodeState.DOWN,
+            "node6 to be down",
+            limit_s=60,
+        )
+        assert (node6.instance_type, node6.gpus) == ("ml.g5.12xlarge", 4)
+    finally:
+        restarted = run_slurm_up()
+    assert restarted.returncode == 0, restarted.stderr
+    wait_for(
+        lambda: {n.name: n for n in slurm_backend.list_nodes()}["node6"].state,
+        lambda state: state is NodeState.READY,
+        "node6 to be ready again",
+    )
+
+
+@pytest.mark.slurm
 def test_unreachable_slurmctld_is_transient_and_calls_recover_once_it_is_back(
     slurm_backend: SlurmBackend,
 ) -> None:
