@@ -35,6 +35,7 @@ maximum priority, ``lower-or-newer-equal-priority``, ``task_ranking: first-come-
 from __future__ import annotations
 
 import json
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,8 +168,14 @@ def _scheduler_request(state: PolicyState, arn: str, warnings: list[str]) -> dic
             "FairShare": "Enabled" if policy.idle_allocation == "fair-share" else "Disabled",
             "IdleResourceSharing": "Enabled" if policy.share_unallocated else "Disabled",
         },
-        "Description": f"Cluster policy exported by gpugov from {cluster_name}"[:1024],
+        "Description": _description(f"Cluster policy exported by gpugov from {cluster_name}")[:1024],
     }
+
+
+def _description(text: str) -> str:
+    """``text`` without control and unassigned characters, which SageMaker's description
+    pattern (letters, marks, separators, symbols, numbers, punctuation) refuses."""
+    return "".join(c for c in text if not unicodedata.category(c).startswith("C"))
 
 
 def _entity_name(text: str) -> str:
@@ -220,7 +227,7 @@ def _quota_request(
         "ActivationState": "Enabled" if team.active else "Disabled",
     }
     if team.display_name:
-        request["Description"] = team.display_name
+        request["Description"] = _description(team.display_name)
     return request
 
 

@@ -50,8 +50,12 @@ QUEUEING_STRATEGY = {"best-effort-fifo": "BestEffortFIFO", "strict-fifo": "Stric
 
 @dataclass(slots=True)
 class KueueExport:
+    """The manifests, what Kueue configures elsewhere or cannot express, and anything a
+    Kubernetes API server would refuse (none unless a name is not a DNS name: tests assert it)."""
+
     manifests: list[dict[str, Any]]
     warnings: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
 
     def yaml(self) -> str:
         """Multi-document YAML, as ``kubectl apply -f`` takes it."""
@@ -124,7 +128,8 @@ def export_manifests(state: PolicyState | None = None) -> KueueExport:
         manifests.append(manifest)
 
     _policy_warnings(state, warnings)
-    return KueueExport(manifests=manifests, warnings=warnings)
+    problems = [problem for manifest in manifests for problem in structural_problems(manifest)]
+    return KueueExport(manifests=manifests, warnings=warnings, problems=problems)
 
 
 def _cohort(state: PolicyState, name: str) -> dict[str, Any]:

@@ -136,3 +136,22 @@ def test_an_empty_installation_exports_a_valid_scheduler_config(db):
     assert export.problems == []
     assert export.bundle["ComputeQuotas"] == []
     assert export.bundle["ClusterSchedulerConfig"]["SchedulerConfig"]["FairShare"] == "Enabled"
+
+
+def test_a_malformed_configured_arn_is_reported_with_its_path(rich_policy):
+    Cluster.objects.filter(pk=1).update(backend_settings={"hyperpod_cluster_arn": "my-cluster"})
+    problems = [str(p) for p in hyperpod.export_policy().problems]
+    assert problems[0].startswith(
+        "ClusterSchedulerConfig.ClusterArn: 'my-cluster' does not match the pattern"
+    )
+    assert len(problems) == 4  # the scheduler config and the three compute quotas
+
+
+def test_control_characters_of_a_display_name_are_not_exported(rich_policy):
+    from allocations.models import Team
+
+    Team.objects.filter(name="research").update(display_name="Research\tlab\u200b")
+    export = hyperpod.export_policy()
+    assert export.problems == []
+    quotas = {q["ComputeQuotaTarget"]["TeamName"]: q for q in export.bundle["ComputeQuotas"]}
+    assert quotas["research"]["Description"] == "Researchlab"

@@ -221,3 +221,16 @@ def test_priority_classes_become_workload_priority_classes(rich_policy):
         "fine-tuning": 50,
         "experimentation": 10,
     }
+
+
+def test_an_instance_type_that_is_no_dns_name_is_reported(rich_policy):
+    from tests import factories as f
+
+    f.make_instance_type("gpu..a100", 8)  # the model allows it; Kubernetes names do not
+    export = kueue.export_manifests()
+    assert "ResourceFlavor/gpu..a100: metadata.name 'gpu..a100' is not a DNS subdomain" in export.problems
+
+
+def test_a_clean_policy_exports_without_problems(rich_policy):
+    rich_policy.add_inexpressible()
+    assert kueue.export_manifests().problems == []
