@@ -139,6 +139,7 @@ class QuotaSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
     class Meta:
         model = TeamQuota
         fields = [
+            "id",
             "team",
             "instance_type",
             "quota",
