@@ -5,7 +5,10 @@ moment a running job ends (its start plus its requested duration), until every p
 started or the answer is unknowable:
 
 * a running job has no requested duration (it could end at any moment), or
-* the next change lies beyond ``HORIZON_S``, or ``MAX_STEPS`` cycles were simulated.
+* the next change lies beyond ``HORIZON_S``, or ``MAX_STEPS`` cycles were simulated, or the
+  simulation has used ``BUDGET_S`` seconds of CPU (a page must stay fast: with a thousand
+  pending jobs one cycle of the engine takes tens of milliseconds, see
+  ``benchmarks/queue_estimates.py``).
 
 Jobs not started by then are "unknown" (None). The estimate assumes nothing else is submitted
 and every job runs for exactly its requested duration: it is a forecast, shown as one.
@@ -17,6 +20,7 @@ simulates once per change of state (once per allocation cycle that changed somet
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +33,7 @@ from allocations.models import Job
 
 HORIZON_S = 14 * 24 * 3600
 MAX_STEPS = 200
+BUDGET_S = 1.0
 CACHE_TTL_S = 300
 
 
@@ -40,6 +45,7 @@ def forecast_starts(
     *,
     horizon_s: float = HORIZON_S,
     max_steps: int = MAX_STEPS,
+    budget_s: float = BUDGET_S,
 ) -> dict[str, float | None]:
     """Start time (seconds) of each pending job of ``snapshot``; None where it cannot be known.
 
@@ -51,7 +57,10 @@ def forecast_starts(
     starts: dict[str, float | None] = dict.fromkeys(targets)
     start_seq = max((job.start_seq for job in snapshot.jobs), default=0)
     t = now
+    deadline = time.process_time() + budget_s
     for _ in range(max_steps):
+        if time.process_time() > deadline:
+            break  # the rest stays unknown rather than keep a page waiting
         current = replace(snapshot, jobs=tuple(jobs.values()))
         plan = allocate(current, t)
         # 1. Apply the cycle's decisions: preemptions first, then starts (Plan's contract).
