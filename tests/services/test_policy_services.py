@@ -83,12 +83,12 @@ def test_quota_set_of_all_defaults_creates_no_row(personas):
 @pytest.mark.parametrize(
     ("settings", "field", "words"),
     [
-        ({"quota": -3}, "quota", "Quota (GPUs) must be 0 or more; got -3."),
+        ({"quota": -3}, "quota", "Quota must be 0 or more GPUs; got -3."),
         ({"quota": 4, "lend_limit": 6}, "lend_limit", "at most the quota (4 GPUs); got 6"),
         ({"borrow_limit_kind": "absolute"}, "borrow_limit", "Give the borrow limit in GPUs"),
         ({"borrow_limit_percent": 10001}, "borrow_limit_percent", "at most 10000; got 10001"),
         ({"borrow_limit_kind": "lots"}, "borrow_limit_kind", "got 'lots'"),
-        ({"quota": "eight"}, "quota", "must be a whole number; got 'eight'"),
+        ({"quota": "eight"}, "quota", "Quota must be a whole number of GPUs; got 'eight'"),
     ],
 )
 def test_quota_rules_are_refused_naming_the_field_and_value(personas, settings, field, words):
@@ -236,6 +236,11 @@ def test_node_renamed_keeps_state_since(personas):
         ({"time_zone": "../etc/passwd"}, "time_zone", "IANA name"),
         ({"backend_kind": "kubernetes"}, "backend_kind", "got 'kubernetes'"),
         ({"backend_settings": [1, 2]}, "backend_settings", "must be a JSON object"),
+        (
+            {"backend_kind": "simulated", "backend_settings": {"speedup": -1}},
+            "backend_settings",
+            "not valid for simulated: backend_settings.speedup must be above 0",
+        ),
         ({"name": ""}, "name", "1 to 100 characters"),
     ],
 )

@@ -145,6 +145,8 @@ def test_degraded_backend_shows_a_banner_with_the_error(personas, admin):
     html = admin.get(reverse("allocations:nodes")).content.decode()
     assert 'id="backend-degraded"' in html
     assert "slurmctld: connection refused" in html
+    login_page = Client().get(reverse("login")).content.decode()
+    assert "connection refused" not in login_page  # nothing about the cluster before sign-in
 
 
 def team_post(team: Team | None, quotas: dict[str, dict[str, Any]], **settings: Any) -> dict[str, Any]:
