@@ -8,6 +8,12 @@
     var url = region.getAttribute("data-live-url");
     return fetch(url, { credentials: "same-origin", headers: { "X-Requested-With": "fetch" } })
       .then(function (response) {
+        if (response.redirected) {
+          // The session ended (the fragment redirected to the login page): reload the page so
+          // the user signs in again, instead of pasting a login form into the region.
+          window.location.reload();
+          throw new Error("redirected");
+        }
         if (!response.ok) {
           throw new Error(url + " answered " + response.status);
         }
