@@ -1,61 +1,21 @@
-"""In a real browser: a member submits a job that has to wait, sees why and where it stands;
-after the job blocking it is cancelled and a cycle runs, the queue page shows it running
-without a reload (the page polls its fragment, static/js/live.js)."""
+"""In a real browser (the console's Playwright fixtures, tests/e2e/conftest.py): a member
+submits a job that has to wait and sees why and where it stands; after the job blocking it is
+cancelled and a cycle runs, the queue page shows it running without a reload (the page polls
+its fragment, static/js/live.js)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
-from django.test import Client
 
 from allocations.choices import JobState
 from allocations.models import Job
 from allocations.services import jobs as job_services
 from allocations.services.loop import run_allocation_cycle
-from tests.conftest import require_service
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+from tests.e2e.conftest import login
 
 pytestmark = [pytest.mark.e2e]
-
-
-@pytest.fixture
-def browser_page(live_server: Any) -> Iterator[Any]:
-    """A Chromium page (Debian's chromium driven by Playwright's sync API)."""
-    require_service(CHROMIUM.exists(), "Chromium at /usr/bin/chromium (scripts/test-prereqs installs it)")
-    # Playwright's sync API runs an event loop in this thread; Django's ORM refuses to run in
-    # a thread with an event loop unless told it is fine (the test is synchronous).
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(base_url=live_server.url)
-            yield context.new_page()
-        finally:
-            browser.close()
-
-
-def log_in(page: Any, live_server: Any, user: Any) -> None:
-    """Sign ``user`` in by handing the browser a session made by Django's test client."""
-    client = Client()
-    client.force_login(user)
-    cookie = client.cookies[settings.SESSION_COOKIE_NAME]
-    page.context.add_cookies([{"name": cookie.key, "value": cookie.value, "url": live_server.url}])
 
 
 def cycle() -> None:
@@ -64,9 +24,9 @@ def cycle() -> None:
 
 
 def test_a_waiting_job_shows_its_reason_and_position_then_runs_without_a_reload(
-    personas: Any, live_server: Any, browser_page: Any, transactional_db: None
+    personas: Any, live_server: Any, page: Any, transactional_db: None
 ) -> None:
-    page = browser_page
+    base = live_server.url
     # 1. Team-a's admin runs 8 GPUs: the team's quota. Its limit is 12 (8 + 50%).
     blocker = job_services.job_submit(
         user=personas.team_admin,
@@ -80,8 +40,8 @@ def test_a_waiting_job_shows_its_reason_and_position_then_runs_without_a_reload(
     assert Job.objects.get(pk=blocker.pk).state == JobState.RUNNING
 
     # 2. The member submits 8 more GPUs through the form: 16 > 12, it has to wait.
-    log_in(page, live_server, personas.member)
-    page.goto("/teams/team-a/submit/")
+    login(page, live_server, personas.member)
+    page.goto(f"{base}/teams/team-a/submit/")
     page.fill("#id_name", "waits")
     page.select_option("#id_instance_type", "ml.p5.48xlarge")
     page.fill("#id_gpus", "8")
@@ -93,7 +53,7 @@ def test_a_waiting_job_shows_its_reason_and_position_then_runs_without_a_reload(
     waiting.refresh_from_db()
     assert (waiting.state, waiting.pending_reason_code) == (JobState.PENDING, "borrow-limit")
 
-    page.goto("/teams/team-a/")
+    page.goto(f"{base}/teams/team-a/")
     row = page.locator(f"#pending-jobs tr#job-{waiting.pk}")
     assert row.locator("td.position").inner_text() == "1"
     reason = row.locator("td.reason").inner_text()
