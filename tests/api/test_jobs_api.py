@@ -254,3 +254,36 @@ def test_list_query_count_does_not_grow_with_the_jobs(personas, url):
         assert response.status_code == 200
         counts.append(len(queries))
     assert counts[0] == counts[1], counts
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"gpus": [8]},
+        {"gpus": 2**70},
+        {"gpus": 1.5},
+        {"gpus": None},
+        {"team": {"name": "team-a"}},
+        {"name": "x" * 500},
+        {"instance_type": None},
+        {"priority_class": ["training"]},
+        {"requested_duration": 1.5},
+        {"requested_duration": 2**70},
+        {"command": {"run": "x"}},
+        {"image": "i" * 1000},
+    ],
+)
+def test_odd_values_answer_400_never_500(personas, changes):
+    response = client_for(personas.member).post(JOBS, body(**changes), format="json")
+    assert response.status_code == 400, response.content
+    assert set(response.json()) & set(changes), response.json()
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [JOBS + "abc/", JOBS + "?page=abc", JOBS + "?submitted_before=2026-13-45", "/api/v1/nodes/no-such-node/"],
+)
+def test_odd_urls_answer_4xx_never_500(personas, url):
+    response = client_for(personas.member).get(url)
+    assert 400 <= response.status_code < 500
