@@ -201,9 +201,9 @@ def _quota_request(
     team_percent = max(percents, key=lambda pct: (*percents[pct], -pct)) if percents else 50
     absolute: list[dict[str, Any]] = []
     for q in quotas:
-        gpus = _absolute_borrow_limit(team, q, team_percent, warnings)
-        if gpus is not None:
-            absolute.append({"InstanceType": q.instance_type.name, "Accelerators": gpus})
+        limit = _absolute_borrow_limit(team, q, team_percent, warnings)
+        if limit is not None:
+            absolute.append({"InstanceType": q.instance_type.name, "Accelerators": limit})
     low, high = DOCUMENTED_BORROW_PERCENT
     if percents and not low <= team_percent <= high:
         warnings.append(

@@ -259,8 +259,19 @@ def apply(imported: ImportedPolicy, *, actor: Any) -> list[Change]:
     try:
         with transaction.atomic():
             return _apply(imported, actor=actor)
+    except _Refusal as refusal:
+        raise ApplyRefused(_messages(refusal.error, refusal.path)) from refusal.error
     except ValidationError as exc:
-        raise ApplyRefused(_messages(exc, getattr(exc, "gpugov_path", ""))) from exc
+        raise ApplyRefused(_messages(exc, "")) from exc
+
+
+class _Refusal(Exception):
+    """A service's ValidationError with the import's path of what was being applied."""
+
+    def __init__(self, path: str, error: ValidationError) -> None:
+        super().__init__(path)
+        self.path = path
+        self.error = error
 
 
 def _messages(exc: ValidationError, path: str) -> list[str]:
@@ -279,8 +290,7 @@ def _at(path: str, call: Any, **kwargs: Any) -> Any:
     try:
         return call(**kwargs)
     except ValidationError as exc:
-        exc.gpugov_path = path  # type: ignore[attr-defined]
-        raise
+        raise _Refusal(path, exc) from exc
 
 
 def _apply(imported: ImportedPolicy, *, actor: Any) -> list[Change]:
@@ -339,14 +349,15 @@ def _apply(imported: ImportedPolicy, *, actor: Any) -> list[Change]:
         )
         for quota in settings.quotas:
             if quota.instance_type not in types:  # deleted since the preview
-                gone = ValidationError(
-                    f"{quota.instance_type!r} is no longer an instance type of this cluster."
+                raise _Refusal(
+                    quota.path,
+                    ValidationError(
+                        f"{quota.instance_type!r} is no longer an instance type of this cluster."
+                    ),
                 )
-                gone.gpugov_path = quota.path  # type: ignore[attr-defined]
-                raise gone
-            values = _quota_values(quota, existing.get(quota.instance_type))
-            current = existing.get(quota.instance_type)
-            if current is not None and all(getattr(current, k) == v for k, v in values.items()):
+            current_quota = existing.get(quota.instance_type)
+            values = _quota_values(quota, current_quota)
+            if current_quota is not None and all(getattr(current_quota, k) == v for k, v in values.items()):
                 continue
             _at(
                 quota.path,
@@ -357,8 +368,8 @@ def _apply(imported: ImportedPolicy, *, actor: Any) -> list[Change]:
                 **values,
             )
         listed = {q.instance_type for q in settings.quotas}
-        for type_name, current in existing.items():
-            if type_name not in listed and not _is_default(current):
+        for type_name, unlisted in existing.items():
+            if type_name not in listed and not _is_default(unlisted):
                 _at(
                     settings.path,
                     policy_services.team_quota_set,
