@@ -73,6 +73,17 @@ class PolicyForm(forms.ModelForm):
 
     rule: ClassVar[Callable[..., None] | None] = None
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Django's generic messages ("This field is required.") do not say which field; these do.
+        for field in self.fields.values():
+            label = str(field.label or "This field")
+            field.error_messages["required"] = f"{label} is required."
+            if isinstance(field, forms.CharField) and field.max_length:
+                field.error_messages["max_length"] = (
+                    f"{label} must be at most %(limit_value)d characters; got %(show_value)d."
+                )
+
     def service_values(self) -> dict[str, Any]:
         """The values the service receives (the form's fields, cleaned)."""
         return {name: self.cleaned_data.get(name) for name in self._meta.fields or ()}

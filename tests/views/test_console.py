@@ -61,6 +61,15 @@ CONSOLE_PAGES = [
     "console_jobs",
     "audit",
 ]
+
+
+def test_the_access_tests_cover_every_console_page():
+    """A new console page must join CONSOLE_PAGES, so that the 403 and login tests cover it."""
+    from allocations.views import console
+
+    assert {pattern.name for pattern in console.urlpatterns} == {"home", *CONSOLE_PAGES}
+
+
 NON_STAFF = ["team_admin", "member", "viewer", "other_member", "outsider"]
 
 
@@ -210,6 +219,8 @@ def test_negative_quota_error_names_the_field_and_value(personas, admin):
     [
         ({"fair_share_weight": 101}, {}, "Fair-share weight must be at most 100; got 101."),
         ({"name": "Team_A"}, {}, "got &#x27;Team_A&#x27;"),
+        ({"name": "a" * 41}, {}, "Name (a DNS label) must be at most 40 characters; got 41."),
+        ({"name": ""}, {}, "Name (a DNS label) is required."),
         ({"name": "team-b"}, {}, "A team named &#x27;team-b&#x27; already exists."),
         (
             {"fair_share_weight": "lots"},
