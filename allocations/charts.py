@@ -312,7 +312,8 @@ def pending_chart(points: Iterable[Mapping[str, Any]]) -> Chart:
         "layout": _layout(
             title,
             yaxis={"title": {"text": "GPUs pending"}},
-            yaxis2={"title": {"text": "jobs"}, "overlaying": "y", "side": "right"},
+            yaxis2={"title": {"text": "jobs"}, "overlaying": "y", "side": "right", "rangemode": "tozero"},
+            margin={**_LAYOUT["margin"], "r": 60},
             annotations=_empty_note(rows),
         ),
     }

@@ -265,8 +265,8 @@ class Workload:
                 counts: dict[str, int] = {}
                 # Borrowed GPUs given back while others' in-quota use grew: reclaimed jobs.
                 drop = self.previous_borrowed[key] - borrowed
-                if drop > 0 and within > 0:
-                    counts["reclaim"] = math.ceil(drop / d.job_gpus)
+                if drop >= d.job_gpus:  # whole jobs only: minute-to-minute jitter preempts nothing
+                    counts["reclaim"] = drop // d.job_gpus
                 if waiting and self.rng.random() < 0.01 * step_minutes:
                     counts["in-team"] = 1
                 if borrowed and self.rng.random() < 0.003 * step_minutes:
