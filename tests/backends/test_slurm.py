@@ -34,7 +34,7 @@ from allocations.backends.slurm import (
     validate_settings,
 )
 from tests.backends.conftest import run_slurm_up, slurm, wait_for
-from tests.conftest import require_service
+from tests.conftest import Personas, require_service
 
 # --- captured output (Slurm 22.05.8, this project's local cluster) --------------------------
 
@@ -662,3 +662,46 @@ def test_unreachable_slurmctld_is_transient_and_calls_recover_once_it_is_back(
     seen = job_of(slurm_backend, "survivor")
     assert seen is not None and (seen.external_id, seen.state) == (slurm_id, BackendJobState.RUNNING)
     assert job_of(slurm_backend, "during-outage") is None
+
+
+@pytest.mark.slurm
+@pytest.mark.django_db
+def test_the_allocation_loop_runs_jobs_on_slurm_and_sees_them_finish(
+    slurm_backend: SlurmBackend, personas: Personas
+) -> None:
+    """The whole path: run_allocation_cycle -> engine -> SlurmBackend -> Slurm, and back."""
+    from allocations.models import Cluster, Job
+    from allocations.services.loop import run_allocation_cycle
+    from tests import factories as f
+
+    Cluster.objects.update(backend_kind="slurm", backend_settings=dict(slurm_backend.settings))
+    training = personas.priority_classes["training"]
+    long_job = f.make_job(
+        personas.team, personas.instance_type, 8, priority_class=training, command="sleep 60"
+    )
+    short_job = f.make_job(
+        personas.team, personas.instance_type, 4, priority_class=training, command="sleep 1"
+    )
+
+    run = run_allocation_cycle(trigger="test")
+    assert run is not None and run.ok, run and run.errors
+    for job in (long_job, short_job):
+        job.refresh_from_db()
+        assert job.state == "running", (job.pk, job.pending_reason_code, job.pending_reason_message)
+        name = f"{slurm_backend.prefix}{job.pk}"
+        [row] = wait_for(
+            lambda n=name: slurm_jobs_named(n), lambda rows: rows[0]["state"] != "PENDING", f"{name} to run"
+        )
+        # Slurm runs it where the engine put it, with the GPUs it was given.
+        assert row["id"] == job.external_id
+        assert [(node, gpus) for node, gpus in job.nodes] == [
+            (node, gres_gpus(row["tres"])) for node in expand_hostlist(row["nodes"])
+        ]
+
+    def short_state() -> str:
+        run_allocation_cycle(trigger="test")
+        return Job.objects.get(pk=short_job.pk).state
+
+    wait_for(short_state, lambda state: state == "finished", "the short job to finish in the database")
+    long_job.refresh_from_db()
+    assert long_job.state == "running"
