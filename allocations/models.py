@@ -561,3 +561,80 @@ class CapacityRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.period} {self.start:%Y-%m-%d %H:%M} {self.instance_type_id}"
+
+
+# --- Reports: weekly utilization emails (issue 7) ------------------------------------------------
+# Written only by services/reports.py.
+
+
+class PendingReasonSample(models.Model):
+    """How many of a team's jobs of one instance type waited with one pending reason
+    (POLICY.md section 5) at one sampling instant, and for how many minutes the sample stands.
+
+    Jobs lose their reason when they start, so the weekly reports' "most frequent pending
+    reasons" and the borrow-cap recommendation come from these samples."""
+
+    at = models.DateTimeField()
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    instance_type = models.ForeignKey(InstanceType, on_delete=models.CASCADE, related_name="+")
+    code = models.CharField(max_length=32, choices=choices.PENDING_CODE_CHOICES)
+    jobs = models.PositiveIntegerField(default=0)
+    gpus = models.PositiveIntegerField(default=0)
+    minutes = models.PositiveSmallIntegerField(help_text="Minutes this sample stands for")
+
+    class Meta:
+        ordering = ["at", "team_id", "instance_type_id", "code"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["at", "team", "instance_type", "code"], name="pending_reason_sample_unique"
+            ),
+            models.CheckConstraint(condition=Q(minutes__gte=1), name="pending_reason_sample_minutes"),
+        ]
+        indexes = [models.Index(fields=["at"], name="pending_reason_sample_at")]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.instance_type_id} {self.code} x{self.jobs} at {self.at:%Y-%m-%d %H:%M}"
+
+
+class ReportPreference(models.Model):
+    """A user's choice about the cluster report (team reports use ``Membership.weekly_report``)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    cluster_report = models.BooleanField(default=True, help_text="Cluster admins: receive the cluster report")
+
+    def __str__(self) -> str:
+        return f"report preferences of {self.user}"
+
+
+class ReportDeliveryState(models.TextChoices):
+    SENDING = "sending", "Sending"
+    SENT = "sent", "Sent"
+    FAILED = "failed", "Failed"
+
+
+class ReportDelivery(models.Model):
+    """One weekly report to one recipient: claimed (inserted) before it is sent, so a week's
+    report goes out once however many senders run. ``report`` is ``cluster`` or ``team:<id>``."""
+
+    week = models.DateField(help_text="Monday of the ISO week reported")
+    report = models.CharField(max_length=32)
+    team = models.ForeignKey(Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    email = models.EmailField()
+    state = models.CharField(max_length=8, choices=ReportDeliveryState.choices)
+    claimed_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-week", "report", "email"]
+        verbose_name_plural = "report deliveries"
+        constraints = [
+            models.UniqueConstraint(fields=["week", "report", "user"], name="report_delivery_once"),
+            models.CheckConstraint(
+                condition=Q(state__in=ReportDeliveryState.values), name="report_delivery_state_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.report} {self.week:%G-W%V} to {self.email} ({self.state})"
