@@ -56,7 +56,9 @@ class BackendJobState(StrEnum):
     """A job as the backend reports it.
 
     ``PENDING`` covers a job that was preempted and is held, waiting for gpugov to place it
-    again; a backend never restarts a pending job on its own.
+    again; a backend never restarts a pending job on its own. ``RUNNING`` also covers a job
+    the backend has placed on the given nodes and is about to start (``started_at`` is then
+    None): for gpugov its GPUs are taken.
     """
 
     PENDING = "pending"
