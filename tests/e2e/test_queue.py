@@ -69,3 +69,25 @@ def test_a_waiting_job_shows_its_reason_and_position_then_runs_without_a_reload(
     page.locator(f"#running-jobs tr#job-{waiting.pk}").wait_for(timeout=15_000)
     assert page.locator(f"#pending-jobs tr#job-{waiting.pk}").count() == 0
     assert page.evaluate("window.__gpugovMarker") == "not reloaded"
+
+
+def test_the_job_page_follows_the_job_without_a_reload(
+    personas: Any, live_server: Any, page: Any, transactional_db: None
+) -> None:
+    job = job_services.job_submit(
+        user=personas.member,
+        team=personas.team,
+        name="follow-me",
+        instance_type=personas.instance_type,
+        gpus=8,
+        command="python train.py",
+    )
+    login(page, live_server, personas.member)
+    page.goto(f"{live_server.url}/jobs/{job.pk}/")
+    assert page.locator("#job-state").get_attribute("data-state") == "pending"
+    page.evaluate("window.__gpugovMarker = 'not reloaded'")
+
+    cycle()
+    page.locator('#job-state[data-state="running"]').wait_for()
+    assert page.locator('#job-history tr[data-kind="started"]').count() == 1
+    assert page.evaluate("window.__gpugovMarker") == "not reloaded"
