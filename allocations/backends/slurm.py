@@ -745,5 +745,14 @@ def _current(jobs: list[SlurmJob]) -> SlurmJob:
 
 
 def _already_ended(message: str) -> bool:
+    """Slurm's refusals that mean "this job is ending or gone": nothing left to stop."""
     lowered = message.lower()
-    return "already completing or completed" in lowered or "invalid job id" in lowered
+    return any(
+        text in lowered
+        for text in (
+            "already completing or completed",
+            "invalid job id",
+            "transitional state",
+            "already finished",
+        )
+    )
