@@ -26,7 +26,9 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import re
+import shlex
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -469,14 +471,25 @@ class SlurmBackend(ClusterBackend):
 
     # 1. Running commands ---------------------------------------------------------------------
 
+    def argv(self, command: str, *args: str) -> list[str]:
+        """The argv that runs ``command args`` here, or through ``settings.command_prefix``.
+
+        ssh hands its arguments to the remote shell as one string, so behind ssh every
+        argument is shell-quoted (``--wrap=sleep 60; echo done`` must stay one argument).
+        """
+        binary = f"{self.config['bin_dir'].rstrip('/')}/{command}" if self.config["bin_dir"] else command
+        prefix: list[str] = self.config["command_prefix"]
+        if prefix and os.path.basename(prefix[0]) == "ssh":
+            return [*prefix, shlex.quote(binary), *(shlex.quote(arg) for arg in args)]
+        return [*prefix, binary, *args]
+
     def _run(self, command: str, *args: str) -> str:
         """Run one Slurm command and return its stdout.
 
         Raises TransientBackendError when slurmctld cannot be reached or the command times
         out, PermanentBackendError (with Slurm's message) when it refuses the request.
         """
-        binary = f"{self.config['bin_dir'].rstrip('/')}/{command}" if self.config["bin_dir"] else command
-        argv = [*self.config["command_prefix"], binary, *args]
+        argv = self.argv(command, *args)
         timeout = float(self.config["timeout_s"])
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)

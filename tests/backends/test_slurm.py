@@ -7,6 +7,7 @@ node[5-6] ml.g5.12xlarge with 4, partition ``gpu``, cred_expire=5, sched_interva
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import time
 from pathlib import Path
@@ -356,6 +357,22 @@ def test_start_refuses_what_slurm_cannot_express_before_calling_it(
     # bin_dir points nowhere: a command run here would be a different error.
     with pytest.raises(PermanentBackendError, match=named):
         SlurmBackend({"bin_dir": "/nonexistent"}).start(job, nodes)
+
+
+def test_commands_behind_ssh_are_quoted_for_the_remote_shell() -> None:
+    local = SlurmBackend({"bin_dir": "/opt/slurm/bin"})
+    assert local.argv("sbatch", "--wrap=sleep 60; echo done") == [
+        "/opt/slurm/bin/sbatch",
+        "--wrap=sleep 60; echo done",
+    ]
+    remote = SlurmBackend({"command_prefix": ["/usr/bin/ssh", "-o", "BatchMode=yes", "login1"]})
+    args = ("--job-name=gpugov-7", "--wrap=sleep 60; echo 'done' $HOME")
+    argv = remote.argv("sbatch", *args)
+    assert argv[:4] == ["/usr/bin/ssh", "-o", "BatchMode=yes", "login1"]
+    # ssh joins its arguments with spaces for the remote shell, which splits them again.
+    assert shlex.split(" ".join(argv[4:])) == ["sbatch", *args]
+    docker = SlurmBackend({"command_prefix": ["docker", "exec", "slurmctld"]})
+    assert docker.argv("squeue", "--json") == ["docker", "exec", "slurmctld", "squeue", "--json"]
 
 
 def test_missing_commands_are_a_permanent_error_naming_the_setting() -> None:
