@@ -474,3 +474,50 @@ def test_django_admin_history_is_read_only(personas, superuser_client):
     assert (
         superuser_client.post(f"/django-admin/allocations/auditentry/{entry.pk}/delete/").status_code == 403
     )
+
+
+GARBAGE = ["", "-1", "99999999999999999999999", "x" * 300, "<script>"]
+TEAM_FIELDS = [
+    "name",
+    "fair_share_weight",
+    "sharing",
+    "reclaim",
+    "preempt_while_borrowing",
+    "preempt_while_borrowing_max_priority",
+    "quota-0-quota",
+    "quota-0-borrow_limit_kind",
+    "quota-0-borrow_limit_percent",
+    "quota-0-borrow_limit",
+    "quota-0-lend_limit",
+    "quota-0-instance_type",
+    "quota-TOTAL_FORMS",
+]
+
+
+@pytest.mark.parametrize("field", TEAM_FIELDS)
+def test_bad_input_to_the_team_page_is_an_error_never_a_crash(personas, admin, field):
+    for value in GARBAGE:
+        team = Team.objects.get(pk=personas.team.pk)  # a digits-only name is valid: it may be renamed
+        url = reverse("allocations:team_detail", kwargs={"name": team.name})
+        data = {**team_post(team, {}), field: value}
+        response = admin.post(url, data)
+        assert response.status_code in (200, 302), (field, value)
+        if response.status_code == 200:
+            assert 'class="errors' in response.content.decode(), (field, value)
+
+
+@pytest.mark.parametrize(
+    ("url_name", "data"),
+    [
+        ("nodes", {"new-name": "n", "new-instance_type": "999", "new-gpus": "x", "new-state": "melted"}),
+        ("instance_types", {"name": "ML P5", "gpus_per_node": "0", "price_per_gpu_hour": "NaN"}),
+        ("priority_classes", {"name": "x" * 300, "weight": "-5"}),
+        ("policy", {"form": "policy", "policy-idle_allocation": "random", "policy-queueing": "lifo"}),
+        ("policy", {"form": "cluster", "cluster-backend_settings": "[1]", "cluster-backend_kind": "k8s"}),
+    ],
+)
+def test_bad_input_to_other_forms_is_an_error_never_a_crash(personas, admin, url_name, data):
+    response = admin.post(reverse(f"allocations:{url_name}"), data)
+    assert response.status_code == 200
+    assert 'class="errors' in response.content.decode()
+    assert not AuditEntry.objects.exists()
