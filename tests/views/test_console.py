@@ -521,3 +521,37 @@ def test_bad_input_to_other_forms_is_an_error_never_a_crash(personas, admin, url
     assert response.status_code == 200
     assert 'class="errors' in response.content.decode()
     assert not AuditEntry.objects.exists()
+
+
+def test_list_pages_query_count_does_not_grow_with_rows(personas, admin):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    pages = [
+        reverse("allocations:console_jobs"),
+        reverse("allocations:team_detail", kwargs={"name": "team-a"}),
+        reverse("allocations:audit"),
+        reverse("allocations:nodes"),
+        reverse("allocations:priority_classes"),
+    ]
+
+    def queries() -> list[int]:
+        counts = []
+        for url in pages:
+            with CaptureQueriesContext(connection) as captured:
+                assert admin.get(url).status_code == 200
+            counts.append(len(captured.captured_queries))
+        return counts
+
+    f.make_job(personas.team, personas.instance_type, 8)  # one row each, so that only growth differs
+    services.team_update(actor=personas.cluster_admin, team=personas.team, fair_share_weight=50)
+    before = queries()
+    for i in range(20):
+        user = f.make_user(f"user-{i}")
+        f.make_member(user, personas.team, "member")
+        f.make_job(
+            personas.team, personas.instance_type, 8, submitter=user, state="running", nodes=[["n", 8]]
+        )
+        services.team_update(actor=personas.cluster_admin, team=personas.team, fair_share_weight=i + 2)
+    f.make_nodes(personas.instance_type, 20)
+    assert queries() == before
