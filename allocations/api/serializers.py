@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -20,6 +21,7 @@ from allocations.models import (
     InstanceType,
     Job,
     JobEvent,
+    Membership,
     Node,
     PriorityClass,
     Team,
@@ -271,3 +273,31 @@ class UsageSerializer(serializers.Serializer):
     idle_quota = serializers.FloatField()
     pending_gpus = serializers.IntegerField()
     pending_jobs = serializers.IntegerField()
+
+
+class MembershipSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
+    """A user's role in a team. Team admins add (``team``, ``username``, ``role``), change the
+    role and remove; the last team admin of a team stays."""
+
+    team = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Team.objects.all(),
+        error_messages={"does_not_exist": "No team called {value} that you can see."},
+    )
+    username = serializers.SlugRelatedField(
+        source="user",
+        slug_field="username",
+        queryset=get_user_model().objects.filter(is_active=True),
+        error_messages={"does_not_exist": "No active user is called {value}."},
+    )
+
+    class Meta:
+        model = Membership
+        fields = ["id", "team", "username", "role"]
+        validators: list[Any] = []  # "already in the team" is the service's field error
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        request = self.context.get("request")
+        if request is not None:
+            self.fields["team"].queryset = access.visible_teams(request.user)

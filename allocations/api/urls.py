@@ -11,6 +11,7 @@ from . import views
 router = DefaultRouter()
 router.register("teams", views.TeamViewSet, basename="team")
 router.register("quotas", views.QuotaViewSet, basename="quota")
+router.register("memberships", views.MembershipViewSet, basename="membership")
 router.register("instance-types", views.InstanceTypeViewSet, basename="instance-type")
 router.register("nodes", views.NodeViewSet, basename="node")
 router.register("priority-classes", views.PriorityClassViewSet, basename="priority-class")

@@ -33,6 +33,7 @@ from allocations.models import (
     InstanceType,
     Job,
     JobEvent,
+    Membership,
     Node,
     PriorityClass,
     Team,
@@ -271,8 +272,12 @@ class JobFilter(django_filters.FilterSet):
         fields = ["team", "state", "instance_type", "priority_class", "submitted_after", "submitted_before"]
 
 
-def _raise_400(exc: DjangoValidationError) -> None:
-    raise s.drf_error(exc) from exc
+def _raise_400(exc: DjangoValidationError, renamed: dict[str, str] | None = None) -> None:
+    """A service's refusal as a 400 (``renamed``: the service's field name -> the API's)."""
+    error = s.drf_error(exc)
+    if renamed and isinstance(error.detail, dict):
+        error.detail = {renamed.get(key, key): value for key, value in error.detail.items()}
+    raise error from exc
 
 
 @extend_schema_view(
@@ -418,3 +423,75 @@ class UsageViewSet(ApiView, viewsets.GenericViewSet):  # type: ignore[type-arg]
         if instance_type is not None and not InstanceType.objects.filter(name=instance_type).exists():
             raise ValidationError({"instance_type": [f"No instance type is called {instance_type!r}."]})
         return Response(self.get_serializer(rows, many=True).data)
+
+
+class MembershipFilter(django_filters.FilterSet):
+    team = django_filters.CharFilter(field_name="team__name")
+
+    class Meta:
+        model = Membership
+        fields = ["team", "role"]
+
+
+class MembershipViewSet(ApiView, viewsets.ModelViewSet):  # type: ignore[type-arg]
+    """Members of the teams you see. Team admins (and cluster admins) add people, change roles
+    and remove them; the team's last team admin can be neither demoted nor removed."""
+
+    serializer_class = s.MembershipSerializer
+    filterset_class = MembershipFilter
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self) -> QuerySet[Membership]:
+        queryset = Membership.objects.select_related("team", "user").order_by("team__name", "user__username")
+        return access.visible_to(self.request.user, queryset)
+
+    def _require_manager(self, team: Team) -> None:
+        if not access.can_manage_members(self.request.user, team):
+            raise PermissionDenied(f"Only team admins of {team.name} manage its members.")
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        self._require_manager(data["team"])
+        try:
+            membership = job_services.membership_add(
+                actor=request.user, team=data["team"], user=data["user"], role=data.get("role", "member")
+            )
+        except DjangoValidationError as exc:
+            _raise_400(exc, {"user": "username"})
+        return Response(self.get_serializer(membership).data, status=status.HTTP_201_CREATED)
+
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        membership = self.get_object()
+        self._require_manager(membership.team)
+        serializer = self.get_serializer(membership, data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        for fixed in ("team", "user"):
+            if fixed in serializer.validated_data and serializer.validated_data[fixed] != getattr(
+                membership, fixed
+            ):
+                name = "username" if fixed == "user" else fixed
+                raise ValidationError(
+                    {name: [f"A membership's {name} cannot change; add a new one instead."]}
+                )
+        try:
+            if "role" in serializer.validated_data:
+                membership = job_services.membership_set_role(
+                    actor=request.user, membership=membership, role=serializer.validated_data["role"]
+                )
+        except DjangoValidationError as exc:
+            _raise_400(exc)
+        return Response(self.get_serializer(membership).data)
+
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return self.partial_update(request, *args, **kwargs)
+
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        membership = self.get_object()
+        self._require_manager(membership.team)
+        try:
+            job_services.membership_remove(actor=request.user, membership=membership)
+        except DjangoValidationError as exc:
+            _raise_400(exc)
+        return Response(status=status.HTTP_204_NO_CONTENT)
