@@ -91,6 +91,7 @@ def test_non_staff_get_403_on_every_console_page(personas, page, persona, method
     client = signed_in(getattr(personas, persona))
     response = getattr(client, method)(console_urls(personas)[page])
     assert response.status_code == 403
+    assert "The console is for cluster administrators." in response.content.decode()
     assert Team.objects.filter(name="team-a").exists()  # nothing was changed on the way
     assert not AuditEntry.objects.exists()
 
