@@ -310,47 +310,62 @@ def _first_state(value: Any) -> str:
     return str(value or "UNKNOWN").upper()
 
 
-def parse_squeue_json(document: Mapping[str, Any]) -> list[SlurmJob]:
-    """Every job in ``squeue --json`` output (22.05 and later layouts)."""
+def parse_squeue_json(document: Mapping[str, Any], name_prefix: str = "") -> list[SlurmJob]:
+    """The jobs in ``squeue --json`` output (22.05 and later layouts) named ``name_prefix...``.
+
+    Only those are parsed: another user's odd job must not break gpugov. A job of gpugov's that
+    cannot be read raises PermanentBackendError naming it and the value.
+    """
     jobs = []
     for raw in document.get("jobs", []):
-        state = _first_state(raw.get("job_state"))
-        flags = raw.get("job_state")[1:] if isinstance(raw.get("job_state"), list) else []
-        priority = _number(raw.get("priority"))
-        start = _number(raw.get("start_time"))
-        end = _number(raw.get("end_time"))
-        exit_raw = raw.get("exit_code")
-        exit_status: int | None
-        if isinstance(exit_raw, Mapping):  # 23.02+: {"status": [...], "return_code": {...}}
-            exit_number = _number(exit_raw.get("return_code"))
-            signal = _number((exit_raw.get("signal") or {}).get("id"))
-            exit_status = int(signal) if signal else (int(exit_number or 0) << 8)
-        else:
-            exit_number = _number(exit_raw)
-            exit_status = None if exit_number is None else int(exit_number)
-        held = priority == 0
-        state_name = state
-        # A preempted job passes through COMPLETING (its script is being killed) already held:
-        # for gpugov it is back to pending, and a new start must not mistake it for running.
-        if "REQUEUE_HOLD" in flags or (held and state == "COMPLETING"):
-            state_name = "REQUEUE_HOLD"
-        jobs.append(
-            SlurmJob(
-                slurm_id=str(raw.get("job_id")),
-                name=str(raw.get("name") or ""),
-                state=state_name,
-                reason=str(raw.get("state_reason") or ""),
-                nodes=tuple(expand_hostlist(str(raw.get("nodes") or ""))),
-                gpus_per_node=gres_gpus(str(raw.get("tres_per_node") or "")),
-                held=held,
-                restarts=int(_number(raw.get("restart_cnt")) or 0),
-                required_nodes=tuple(expand_hostlist(str(raw.get("required_nodes") or ""))),
-                start_time=start if start else None,
-                end_time=end if end else None,
-                exit_status=exit_status,
-            )
-        )
+        if not isinstance(raw, Mapping) or not str(raw.get("name") or "").startswith(name_prefix):
+            continue
+        try:
+            jobs.append(_slurm_job(raw))
+        except (ValueError, TypeError) as exc:
+            raise PermanentBackendError(
+                f"squeue --json: cannot read job {raw.get('job_id')!r} ({raw.get('name')!r}): {exc}"
+            ) from exc
     return jobs
+
+
+def _slurm_job(raw: Mapping[str, Any]) -> SlurmJob:
+    """One job of ``squeue --json``."""
+    raw_state = raw.get("job_state")
+    state = _first_state(raw_state)
+    flags = raw_state[1:] if isinstance(raw_state, list) else []
+    priority = _number(raw.get("priority"))
+    start = _number(raw.get("start_time"))
+    end = _number(raw.get("end_time"))
+    exit_raw = raw.get("exit_code")
+    exit_status: int | None
+    if isinstance(exit_raw, Mapping):  # 23.02+: {"status": [...], "return_code": {...}}
+        exit_number = _number(exit_raw.get("return_code"))
+        signal = _number((exit_raw.get("signal") or {}).get("id"))
+        exit_status = int(signal) if signal else (int(exit_number or 0) << 8)
+    else:
+        exit_number = _number(exit_raw)
+        exit_status = None if exit_number is None else int(exit_number)
+    held = priority == 0
+    state_name = state
+    # A preempted job passes through COMPLETING (its script is being killed) already held:
+    # for gpugov it is back to pending, and a new start must not mistake it for running.
+    if "REQUEUE_HOLD" in flags or (held and state == "COMPLETING"):
+        state_name = "REQUEUE_HOLD"
+    return SlurmJob(
+        slurm_id=str(raw.get("job_id")),
+        name=str(raw.get("name") or ""),
+        state=state_name,
+        reason=str(raw.get("state_reason") or ""),
+        nodes=tuple(expand_hostlist(str(raw.get("nodes") or ""))),
+        gpus_per_node=gres_gpus(str(raw.get("tres_per_node") or "")),
+        held=held,
+        restarts=int(_number(raw.get("restart_cnt")) or 0),
+        required_nodes=tuple(expand_hostlist(str(raw.get("required_nodes") or ""))),
+        start_time=start if start else None,
+        end_time=end if end else None,
+        exit_status=exit_status,
+    )
 
 
 def backend_job(job_id: str, job: SlurmJob) -> BackendJob:
@@ -589,7 +604,7 @@ class SlurmBackend(ClusterBackend):
     def _copies(self) -> dict[str, list[SlurmJob]]:
         """gpugov's jobs known to slurmctld, by gpugov job id, oldest Slurm job first."""
         copies: dict[str, list[SlurmJob]] = {}
-        for job in parse_squeue_json(self._json("squeue")):
+        for job in parse_squeue_json(self._json("squeue"), self.prefix):
             if job.name.startswith(self.prefix) and len(job.name) > len(self.prefix):
                 copies.setdefault(job.name[len(self.prefix) :], []).append(job)
         for jobs in copies.values():

@@ -243,6 +243,15 @@ def test_released_job_waiting_for_the_scheduler_counts_as_running_on_its_nodes()
     assert (stuck.state, stuck.nodes, stuck.reason) == (BackendJobState.PENDING, (), "ReqNodeNotAvail")
 
 
+def test_only_gpugovs_jobs_are_read_and_an_unreadable_one_is_named() -> None:
+    odd = {**SQUEUE_JOBS[0], "job_id": 77, "name": "someone-else", "tres_per_node": "gres:gpu:h100:x:y"}
+    jobs = parse_squeue_json({"jobs": [*SQUEUE_JOBS, odd]}, "gpugov-")
+    assert [j.slurm_id for j in jobs] == ["1", "3", "4", "5", "8", "9", "10", "92", "93"]
+    mine = {**odd, "name": "gpugov-77"}
+    with pytest.raises(PermanentBackendError, match=r"job 77 \('gpugov-77'\).*gpu:h100:x:y"):
+        parse_squeue_json({"jobs": [mine]}, "gpugov-")
+
+
 def test_reads_slurm_23_json_layout() -> None:
     raw = {
         "job_id": 12,
