@@ -3,10 +3,12 @@
 gpugov's engine chooses which job runs and on which nodes; this module makes Slurm 22.05 (and
 later) do exactly that through its commands:
 
-* ``start``: ``sbatch -H`` (held) pinned to the chosen nodes (``--nodelist``, ``-N``,
+* ``start``: ``sbatch --test-only`` (Slurm's checks, which a held submission skips), then
+  ``sbatch -H`` (held) pinned to the chosen nodes (``--nodelist``, ``-N``,
   ``--gres=gpu:<per node>``) under the name ``<job_name_prefix><job_id>``, then
-  ``scontrol release``. Submitting held first means a crash between the two leaves a held job
-  that the next ``start`` finds, instead of a job that Slurm might place on its own.
+  ``scontrol release``. Holding it until gpugov has retired any older copy means one gpugov
+  job never has two runnable Slurm jobs; a crash in between leaves a held job that the next
+  ``start`` finds and replaces.
 * ``preempt``: ``scontrol requeuehold`` (``hold`` for a job not yet running): the job goes back
   to pending with priority 0, so Slurm never restarts it by itself.
 * a later ``start`` of a preempted job submits a fresh copy on the new nodes and cancels the
