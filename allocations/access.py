@@ -59,12 +59,6 @@ def team_roles(user: Any) -> dict[int, str]:
     return roles
 
 
-def forget_roles(user: Any) -> None:
-    """Drop the cached roles (after a membership of this user changed)."""
-    if hasattr(user, _ROLES_ATTR):
-        delattr(user, _ROLES_ATTR)
-
-
 def role_in(user: Any, team: Team | int) -> str | None:
     """The user's team role (a ``Role`` value) in ``team``, or None."""
     team_id = team if isinstance(team, int) else team.pk
