@@ -3,6 +3,10 @@
 
 Playwright's sync API runs an event loop in the test's thread, so Django's guard against ORM
 calls from async code has to be lifted for these tests (the ORM calls are synchronous anyway).
+
+Playwright and the browser are started once for this package (not the whole session): a
+second ``sync_playwright()`` cannot start while one is running, so a browser test elsewhere
+(e.g. ``tests/interop``) that starts its own must find this one stopped.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ CHROMIUM_ARGS = [
 TIMEOUT_MS = 20_000  # a generous ceiling for one step on a busy 2-core machine, not a measurement
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def playwright() -> Iterator[Any]:
     require_service(CHROMIUM.exists(), f"Chromium at {CHROMIUM} (scripts/test-prereqs installs it)")
     from playwright.sync_api import sync_playwright
@@ -39,7 +43,7 @@ def playwright() -> Iterator[Any]:
         yield driver
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(playwright: Any) -> Iterator[Any]:
     browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
     yield browser
