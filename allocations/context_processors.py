@@ -22,8 +22,13 @@ CONSOLE_NAV = [
     ("allocations:audit", "Audit"),
 ]
 # Pages other surfaces add; a link shows only once its URL name exists.
-STAFF_EXTRA_NAV = [("allocations:cycles", "Cycles")]
-MEMBER_NAV = [("allocations:my_teams", "My teams")]
+STAFF_EXTRA_NAV = [("allocations:cycles", "Cycles"), ("allocations:export", "Import/export")]
+# Pages every signed-in user may open (they show each user what their roles allow).
+MEMBER_NAV = [
+    ("allocations:my_teams", "My teams"),
+    ("allocations:dashboards", "Dashboards"),
+    ("allocations:reports", "Reports"),
+]
 
 
 def _links(request: HttpRequest, entries: list[tuple[str, str]]) -> list[dict[str, Any]]:

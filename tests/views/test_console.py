@@ -556,3 +556,19 @@ def test_list_pages_query_count_does_not_grow_with_rows(personas, admin):
         services.team_update(actor=personas.cluster_admin, team=personas.team, fair_share_weight=i + 2)
     f.make_nodes(personas.instance_type, 20)
     assert queries() == before
+
+
+def test_nav_shows_console_links_to_staff_only_and_skips_pages_that_do_not_exist(personas, rf):
+    from allocations import context_processors
+
+    request = rf.get("/console/teams/team-a/")
+    request.user = personas.member
+    member_labels = [link["label"] for link in context_processors.console(request)["nav"]]
+    assert "My teams" in member_labels
+    assert not {"Capacity", "Teams", "Audit"} & set(member_labels)
+
+    request.user = personas.cluster_admin
+    links = context_processors.console(request)["nav"]
+    assert [link["label"] for link in links][:8] == [label for _, label in context_processors.CONSOLE_NAV]
+    assert [link["label"] for link in links if link["active"]] == ["Teams"]
+    assert context_processors._links(request, [("allocations:no_such_page", "Nowhere")]) == []
