@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -99,6 +99,11 @@ class SimulatedBackend(ClusterBackend):
                 f"backend_settings.available must be true or false, not {available!r}"
             )
         self.available = available
+        # GPUs in use per node and the running jobs' placements, loaded once per instance (a
+        # cycle starts many jobs: one read instead of one per start) and kept up to date by
+        # this instance's start/preempt/cancel; dropped whenever the cluster advances.
+        self._used: dict[str, int] | None = None
+        self._placed: dict[str, list[tuple[str, int]]] = {}
 
     # --- the cluster's own life: jobs end, nodes fail and return ---------------------------------
 
@@ -115,6 +120,7 @@ class SimulatedBackend(ClusterBackend):
 
         from allocations.models import Node, SimulatedJob
 
+        self._used = None
         SimulatedJob.objects.filter(state="running", ends_at__lte=now).update(
             state="finished", finished_at=F("ends_at"), exit_code=0
         )
@@ -181,7 +187,7 @@ class SimulatedBackend(ClusterBackend):
     def start(self, job: JobSpec, nodes: tuple[tuple[str, int], ...]) -> str:
         """Run ``job`` on ``nodes``; a job already known is not started twice (a held one is
         restarted on the given nodes)."""
-        from django.db import IntegrityError, transaction
+        from django.db import transaction
 
         from allocations.models import Node, SimulatedJob
 
@@ -207,10 +213,13 @@ class SimulatedBackend(ClusterBackend):
                 for key, value in fields.items():
                     setattr(known, key, value)
                 known.save()
+                self._place(job.job_id, nodes)
                 return known.external_id
-            try:
-                with transaction.atomic():
-                    created = SimulatedJob.objects.create(
+            # ON CONFLICT DO NOTHING: a concurrent start of the same job that won keeps its copy,
+            # so the job runs once (and the external id is the same either way).
+            SimulatedJob.objects.bulk_create(
+                [
+                    SimulatedJob(
                         job_id=job.job_id,
                         external_id=f"sim-{job.job_id}",
                         name=job.name,
@@ -219,9 +228,35 @@ class SimulatedBackend(ClusterBackend):
                         gpus=job.gpus,
                         **fields,
                     )
-            except IntegrityError:  # a concurrent start of the same job won: it runs once
-                return SimulatedJob.objects.get(job_id=job.job_id).external_id
-            return created.external_id
+                ],
+                ignore_conflicts=True,
+            )
+            self._place(job.job_id, nodes)
+            return f"sim-{job.job_id}"
+
+    def _usage(self, job_model: Any) -> dict[str, int]:
+        """GPUs in use per node (one read per instance, then kept up to date)."""
+        if self._used is None:
+            self._placed = {
+                job_id: [(str(name), int(gpus)) for name, gpus in nodes]
+                for job_id, nodes in job_model.objects.filter(state="running").values_list("job_id", "nodes")
+            }
+            self._used = defaultdict(int)
+            for placement in self._placed.values():
+                for name, gpus in placement:
+                    self._used[name] += gpus
+        return self._used
+
+    def _place(self, job_id: str, nodes: Iterable[tuple[str, int]] | None) -> None:
+        """Record that ``job_id`` now runs on ``nodes`` (None: it no longer runs)."""
+        if self._used is None:
+            return
+        for name, gpus in self._placed.pop(job_id, ()):
+            self._used[name] -= gpus
+        if nodes is not None:
+            self._placed[job_id] = list(nodes)
+            for name, gpus in self._placed[job_id]:
+                self._used[name] += gpus
 
     def _check_placement(
         self, job: JobSpec, nodes: tuple[tuple[str, int], ...], node_model: Any, job_model: Any
@@ -240,10 +275,9 @@ class SimulatedBackend(ClusterBackend):
                 name__in=[name for name, _ in nodes]
             )
         }
-        used: dict[str, int] = defaultdict(int)
-        for row in job_model.objects.filter(state="running").exclude(job_id=job.job_id):
-            for name, gpus in row.nodes:
-                used[name] += gpus
+        used = dict(self._usage(job_model))
+        for name, gpus in self._placed.get(job.job_id, ()):  # its own held copy does not count
+            used[name] -= gpus
         for name, gpus in nodes:
             node = known.get(name)
             if node is None:
@@ -254,10 +288,10 @@ class SimulatedBackend(ClusterBackend):
                 raise PermanentBackendError(
                     f"job {job.job_id}: node {name!r} is a {node.instance_type.name}, not a {job.instance_type}"
                 )
-            if gpus < 1 or used[name] + gpus > node.gpus:
+            if gpus < 1 or used.get(name, 0) + gpus > node.gpus:
+                free = node.gpus - used.get(name, 0)
                 raise PermanentBackendError(
-                    f"job {job.job_id}: node {name!r} has {node.gpus - used[name]} of {node.gpus} GPUs free, "
-                    f"{gpus} asked"
+                    f"job {job.job_id}: node {name!r} has {free} of {node.gpus} GPUs free, {gpus} asked"
                 )
 
     def preempt(self, job_id: str) -> None:
@@ -267,6 +301,7 @@ class SimulatedBackend(ClusterBackend):
         SimulatedJob.objects.filter(job_id=job_id, state="running").update(
             state="pending", nodes=[], started_at=None, ends_at=None, reason="preempted"
         )
+        self._place(job_id, None)
 
     def cancel(self, job_id: str) -> None:
         from allocations.models import SimulatedJob
@@ -275,6 +310,7 @@ class SimulatedBackend(ClusterBackend):
         SimulatedJob.objects.filter(job_id=job_id, state__in=("running", "pending")).update(
             state="cancelled", nodes=[], finished_at=_now(), reason="cancelled"
         )
+        self._place(job_id, None)
 
     def health(self) -> None:
         self._reachable()
