@@ -638,3 +638,77 @@ class ReportDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.report} {self.week:%G-W%V} to {self.email} ({self.state})"
+
+
+# --- What-if: policy drafts and their replays over past windows (issue 10) ----------------------
+# Written only by services/drafts.py and the what-if task (allocations/whatif/tasks.py).
+
+
+class PolicyDraft(models.Model):
+    """A named copy of the whole live policy that a cluster admin edits without changing the
+    cluster: ``body`` holds the cluster policy, the priority classes and every team with its
+    quotas (the layout is ``allocations.whatif.drafts``'s). Applying it makes it live."""
+
+    name = models.CharField(max_length=100, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    body = models.JSONField(default=dict)
+    applied_at = models.DateTimeField(null=True, blank=True, help_text="When it last became the live policy")
+
+    class Meta:
+        ordering = ["-updated_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WhatIfRunState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class WhatIfRun(models.Model):
+    """One replay of a past window's jobs under the live policy and under each chosen draft.
+
+    ``policies`` keeps the bodies replayed (the live policy and each draft as they were when
+    the run was asked for), ``scenario`` the gzipped scenario (cluster, jobs, events) built
+    from the history, so that the run's results and its export stay what was replayed however
+    the drafts and the history change afterwards."""
+
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    drafts = models.ManyToManyField(PolicyDraft, related_name="runs", blank=True)
+    window_start = models.DateTimeField()
+    window_end = models.DateTimeField()
+    state = models.CharField(max_length=16, choices=WhatIfRunState.choices, default=WhatIfRunState.QUEUED)
+    progress = models.FloatField(default=0, help_text="0 to 1")
+    progress_message = models.CharField(max_length=200, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    policies = models.JSONField(default=list, help_text="[{key, name, body}, ...], the live policy first")
+    scenario = models.BinaryField(null=True, blank=True, editable=False)
+    results = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    celery_task_id = models.CharField(max_length=64, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=WhatIfRunState.values), name="whatif_run_state_valid"
+            ),
+            models.CheckConstraint(condition=Q(window_end__gt=F("window_start")), name="whatif_run_window"),
+            models.CheckConstraint(condition=Q(progress__gte=0, progress__lte=1), name="whatif_run_progress"),
+        ]
+
+    def __str__(self) -> str:
+        return f"what-if run {self.pk} ({self.state})"
