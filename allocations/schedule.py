@@ -31,4 +31,16 @@ def beat_schedule(allocation_interval: int) -> dict[str, dict[str, Any]]:
             "schedule": 60.0,
             "options": {"expires": 60.0},
         },
+        # services/reports.py: pending reasons every PENDING_SAMPLE_MINUTES (5); the weekly
+        # reports are checked hourly and sent once a week (beat runs in UTC, the cluster not).
+        "pending-reasons": {
+            "task": "allocations.sample_pending_reasons",
+            "schedule": 300.0,
+            "options": {"expires": 300.0},
+        },
+        "weekly-reports": {
+            "task": "allocations.send_weekly_reports",
+            "schedule": 3600.0,
+            "options": {"expires": 3600.0},
+        },
     }

@@ -2,7 +2,7 @@
 
 from django.urls import include, path
 
-from .views import console, cycles, dashboards, interop, teams
+from .views import console, cycles, dashboards, interop, reports, teams
 
 app_name = "allocations"
 
@@ -12,5 +12,6 @@ urlpatterns = [
     *cycles.urlpatterns,
     *dashboards.urlpatterns,
     *interop.urlpatterns,
+    *reports.urlpatterns,
     path("api/", include("allocations.api.urls")),
 ]

@@ -219,6 +219,11 @@ DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "gpugov@localhost")
 if not os.environ.get("EMAIL_HOST"):
     EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 GPUGOV_BASE_URL = os.environ.get("GPUGOV_BASE_URL", "http://127.0.0.1:8000")
+# Weekly reports (services/reports.py): sent from this weekday (0 = Monday) and hour on, in the
+# cluster's time zone; charts drawn by this Chromium ("off": the emails go without images).
+WEEKLY_REPORT_WEEKDAY = env_int("WEEKLY_REPORT_WEEKDAY", 0)
+WEEKLY_REPORT_HOUR = env_int("WEEKLY_REPORT_HOUR", 7)
+REPORT_CHART_BROWSER = os.environ.get("REPORT_CHART_BROWSER", "/usr/bin/chromium")
 
 LOGGING = {
     "version": 1,

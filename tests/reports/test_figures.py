@@ -6,111 +6,14 @@ The fixture cluster lives in Europe/Berlin (UTC+1 in November), so week 2026-W47
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import date
 
 import pytest
 
-from allocations.models import (
-    CapacityRollup,
-    Cluster,
-    InstanceType,
-    JobEvent,
-    PendingReasonSample,
-    TeamUsageRollup,
-)
 from allocations.reports.figures import Jobs, weekly_figures
 from allocations.reports.weeks import Week
 from tests import factories as f
-
-
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
-
-
-def hour(team, instance_type, start, **sums) -> TeamUsageRollup:
-    return TeamUsageRollup.objects.create(
-        period="hour", start=start, team=team, instance_type=instance_type, **sums
-    )
-
-
-def event(job, kind, at, **fields) -> JobEvent:
-    return JobEvent.objects.create(job=job, kind=kind, at=at, **fields)
-
-
-@pytest.fixture
-def week_of_history(personas):
-    """The hand-worked week (numbers in the comments are what the assertions expect)."""
-    Cluster.objects.filter(pk=1).update(time_zone="Europe/Berlin")
-    p5 = personas.instance_type
-    InstanceType.objects.filter(pk=p5.pk).update(price_per_gpu_hour=10)
-    a, b = personas.team, personas.other_team
-    # team-a: the first hour of W47 (Monday 00:00 Berlin) and its last hour (Sunday 23:00).
-    hour(
-        a,
-        p5,
-        utc(2026, 11, 15, 23),
-        quota_gpu_minutes=480,
-        used_within_quota_gpu_minutes=240,
-        borrowed_gpu_minutes=120,
-        idle_quota_gpu_minutes=240,
-        preempted_reclaim=1,
-    )
-    hour(
-        a,
-        p5,
-        utc(2026, 11, 22, 22),
-        quota_gpu_minutes=480,
-        used_within_quota_gpu_minutes=60,
-        idle_quota_gpu_minutes=420,
-    )
-    # Just outside W47: Sunday 23:00 Berlin of W46 (fully used), and Monday 00:00 of W48.
-    hour(a, p5, utc(2026, 11, 15, 22), quota_gpu_minutes=480, used_within_quota_gpu_minutes=480)
-    hour(a, p5, utc(2026, 11, 22, 23), quota_gpu_minutes=480, used_within_quota_gpu_minutes=480)
-    # team-b lends 2 GPUs for an hour of W47 and uses none of its quota in W44 to W47.
-    hour(
-        b, p5, utc(2026, 11, 16, 10), quota_gpu_minutes=480, lent_gpu_minutes=120, idle_quota_gpu_minutes=360
-    )
-    for monday in (utc(2026, 10, 26, 12), utc(2026, 11, 2, 12), utc(2026, 11, 9, 12)):
-        hour(b, p5, monday, quota_gpu_minutes=480, idle_quota_gpu_minutes=480)
-    CapacityRollup.objects.create(
-        period="hour",
-        start=utc(2026, 11, 15, 23),
-        instance_type=p5,
-        minutes=60,
-        capacity_gpu_minutes=960,
-        allocated_gpu_minutes=360,
-        idle_gpu_minutes=600,
-        idle_while_waiting_gpu_minutes=120,
-    )
-    # Jobs. job1 (2 GPUs): waits 30 min, runs 2 h, preempted by team-b, requeued, waits 30 min.
-    job1 = f.make_job(a, p5, 2, submitted_at=utc(2026, 11, 16, 8))
-    preemptor = f.make_job(b, p5, 8, submitted_at=utc(2026, 11, 16, 10))
-    event(job1, "submitted", utc(2026, 11, 16, 8))
-    event(job1, "started", utc(2026, 11, 16, 8, 30))
-    event(job1, "preempted", utc(2026, 11, 16, 10, 30), reason="reclaim", preemptor=preemptor)
-    event(job1, "requeued", utc(2026, 11, 16, 10, 30), reason="reclaim")
-    event(job1, "started", utc(2026, 11, 16, 11))
-    event(job1, "finished", utc(2026, 11, 16, 12))
-    # job2 (1 GPU): submitted in W46, starts 6 h later in W47, ends in W48.
-    job2 = f.make_job(a, p5, 1, submitted_at=utc(2026, 11, 15, 20))
-    event(job2, "submitted", utc(2026, 11, 15, 20))
-    event(job2, "started", utc(2026, 11, 16, 2))
-    event(job2, "finished", utc(2026, 11, 23, 1))
-    # job3: started in W46, finished in W47 (counts as finished, not as started).
-    job3 = f.make_job(a, p5, 1, submitted_at=utc(2026, 11, 14))
-    event(job3, "started", utc(2026, 11, 14, 1))
-    event(job3, "finished", utc(2026, 11, 17))
-    # Pending reasons: 5-minute samples in the week, and one before it (ignored).
-    for at, code, jobs, gpus in [
-        (utc(2026, 11, 16, 9), "borrow-limit", 2, 4),
-        (utc(2026, 11, 16, 9, 5), "borrow-limit", 1, 2),
-        (utc(2026, 11, 16, 9), "waiting-for-quota", 1, 1),
-        (utc(2026, 11, 15, 22), "borrow-limit", 50, 50),
-    ]:
-        PendingReasonSample.objects.create(
-            at=at, team=a, instance_type=p5, code=code, jobs=jobs, gpus=gpus, minutes=5
-        )
-    return personas
+from tests.reports.conftest import hour, utc
 
 
 def test_week_is_monday_to_monday_in_the_cluster_time_zone():
