@@ -1,0 +1,202 @@
+"""The allocation loop driving the REAL local Slurm cluster (scripts/slurm-up).
+
+node[1-4] are ml.p5.48xlarge with 8 GPUs: 32 GPUs, shared here by two teams of quota 16.
+Every test's Slurm jobs carry a name prefix of their own and are cancelled afterwards; a node a
+test drains is resumed afterwards. What the tests look at in Slurm they read with Slurm's own
+commands, not through the backend.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+from django.utils import timezone
+
+from allocations.models import Cluster, CycleRun, Job, JobEvent, Node, Team
+from allocations.services.loop import run_allocation_cycle
+from tests import factories as f
+from tests.backends.conftest import slurm, slurm_answers, wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.django_db]
+P5 = "ml.p5.48xlarge"
+_serial = itertools.count(1)
+
+
+@pytest.fixture
+def prefix(slurm_cluster: None) -> Iterator[str]:
+    """A job name prefix of this test's own; its Slurm jobs are cancelled afterwards."""
+    name = f"gpugovloop-{os.getpid()}-{next(_serial)}-"
+    yield name
+    if slurm_answers():
+        lines = slurm("squeue", "-h", "-o", "%i|%j").splitlines()
+        ids = [line.split("|")[0] for line in lines if line.split("|", 1)[-1].startswith(name)]
+        if ids:
+            subprocess.run(["scancel", *ids], capture_output=True, timeout=30, check=False)
+
+
+@pytest.fixture
+def governed(prefix: str) -> dict[str, Team]:
+    """The cluster on the Slurm backend, two teams of quota 16 on the 32 GPUs of p5."""
+    f.make_cluster(
+        backend_kind="slurm",
+        backend_settings={"job_name_prefix": prefix, "partition": "gpu", "output": "/dev/null"},
+    )
+    kind = f.make_instance_type(P5, 8)
+    f.make_priority_classes()
+    return {
+        "team-a": f.make_team("team-a", {kind: 16}),  # may borrow 50 %: up to 24 GPUs
+        "team-b": f.make_team("team-b", {kind: 16}),
+    }
+
+
+def submit(team: Team, gpus: int = 8, priority: str = "training") -> Job:
+    from allocations.models import InstanceType, PriorityClass
+
+    job = f.make_job(
+        team,
+        InstanceType.objects.get(name=P5),
+        gpus,
+        priority_class=PriorityClass.objects.get(name=priority),
+        requested_duration=600,
+        command="sleep 600",
+    )
+    JobEvent.objects.create(job=job, kind="submitted", at=timezone.now())
+    return job
+
+
+def cycle() -> CycleRun:
+    run = run_allocation_cycle(trigger="slurm-test")
+    assert run is not None
+    assert run.ok, run.errors
+    return run
+
+
+def slurm_states(prefix: str) -> dict[str, str]:
+    """gpugov job id -> Slurm state (and reason) of the newest Slurm job with that name."""
+    states: dict[str, str] = {}
+    for line in slurm("squeue", "-h", "-o", "%i|%j|%T|%r", "--sort=i").splitlines():
+        _, name, state, reason = line.split("|", 3)
+        if name.startswith(prefix):
+            states[name[len(prefix) :]] = f"{state}/{reason}"
+    return states
+
+
+def test_borrowing_shows_on_slurm_and_reclaim_requeues_the_borrower(
+    prefix: str, governed: dict[str, Team]
+) -> None:
+    team_a, team_b = governed["team-a"], governed["team-b"]
+    a_jobs = [submit(team_a) for _ in range(3)]  # 24 GPUs: 8 of them borrowed from team-b
+
+    first = cycle()
+
+    assert first.started == 3
+    assert set(Node.objects.filter(instance_type__name=P5).values_list("name", flat=True)) >= {
+        "node1",
+        "node2",
+        "node3",
+        "node4",
+    }
+    running = wait_for(
+        lambda: slurm_states(prefix),
+        lambda states: sum(s.startswith("RUNNING") for s in states.values()) == 3,
+        "three team-a jobs running in Slurm",
+    )
+    assert set(running) == {str(job.pk) for job in a_jobs}
+
+    # team-b wants its quota back: one job fits in the idle 8 GPUs, the other reclaims.
+    b_jobs = [submit(team_b) for _ in range(2)]
+    second = cycle()
+
+    assert (second.started, second.preempted) == (2, 1)
+    (victim,) = Job.objects.filter(team=team_a, state="pending")
+    assert victim.pk == a_jobs[-1].pk  # the newest borrower goes first (POLICY.md 4)
+    preempted = JobEvent.objects.get(job=victim, kind="preempted")
+    assert preempted.reason == "reclaim" and preempted.preemptor_id in {job.pk for job in b_jobs}
+    assert victim.pending_reason_code and victim.pending_reason_message
+    assert Job.objects.filter(team=team_b, state="running").count() == 2
+    # In Slurm: the borrower is held (requeued, never restarted by Slurm itself); team-b runs.
+    states = wait_for(
+        lambda: slurm_states(prefix),
+        lambda s: all(s.get(str(job.pk), "").startswith("RUNNING") for job in b_jobs),
+        "team-b's jobs running in Slurm",
+        limit_s=60,
+    )
+    assert not states.get(str(victim.pk), "").startswith("RUNNING"), states
+    assert states[str(victim.pk)].startswith("PENDING") and "held" in states[str(victim.pk)].lower(), states
+
+    third = cycle()  # nothing changed: the loop and Slurm agree
+    assert (third.started, third.preempted, third.corrections) == (0, 0, 0)
+
+
+@pytest.fixture
+def drained_node4(governed: dict[str, Team]) -> Iterator[str]:
+    yield "node4"
+    subprocess.run(
+        ["scontrol", "update", "NodeName=node4", "State=RESUME"], capture_output=True, timeout=30, check=False
+    )
+
+
+def test_drained_node_lowers_capacity_and_resumed_node_raises_it(
+    prefix: str, governed: dict[str, Team], drained_node4: str
+) -> None:
+    team_a, team_b = governed["team-a"], governed["team-b"]
+    slurm("scontrol", "update", f"NodeName={drained_node4}", "State=DRAIN", "Reason=gpugov loop test")
+    for _ in range(2):
+        submit(team_a)
+    cycle()
+    assert Node.objects.get(name=drained_node4).state == "draining"
+    assert Node.objects.get(name=drained_node4).reason == "gpugov loop test"
+
+    b_first, b_second = submit(team_b), submit(team_b)
+    cycle()
+
+    b_first.refresh_from_db()
+    b_second.refresh_from_db()
+    assert b_first.state == "running"
+    assert b_second.state == "pending"
+    # Within its quota and nobody borrowing: only the lost node keeps it waiting.
+    assert b_second.pending_reason_code == "capacity-lost", b_second.pending_reason_message
+    assert all(name != drained_node4 for job in Job.objects.filter(state="running") for name, _ in job.nodes)
+
+    slurm("scontrol", "update", f"NodeName={drained_node4}", "State=RESUME")
+    wait_for(
+        lambda: slurm("sinfo", "-h", "-n", drained_node4, "-o", "%t").strip(),
+        lambda state: state in {"idle", "mix", "alloc"},
+        "Slurm to report the resumed node ready",
+        limit_s=60,
+    )
+    cycle()
+
+    b_second.refresh_from_db()
+    assert Node.objects.get(name=drained_node4).state == "ready"
+    assert b_second.state == "running" and b_second.nodes == [[drained_node4, 8]]
+    wait_for(
+        lambda: slurm_states(prefix).get(str(b_second.pk), ""),
+        lambda state: state.startswith("RUNNING"),
+        "the job on the resumed node running in Slurm",
+        limit_s=60,
+    )
+
+
+def test_unreachable_slurm_degrades_the_cluster_and_fails_no_job(governed: dict[str, Team]) -> None:
+    job = submit(governed["team-a"])
+    cycle()
+    # Slurm's commands behind an ssh to a host that does not answer: an outage, not a bad request.
+    Cluster.objects.filter(pk=1).update(
+        backend_settings={
+            **Cluster.objects.get().backend_settings,
+            "command_prefix": ["ssh", "-o", "ConnectTimeout=2", "-o", "BatchMode=yes", "nobody@192.0.2.1"],
+            "timeout_s": 10,
+        }
+    )
+    run = run_allocation_cycle(trigger="slurm-test")
+    assert run is not None and run.backend_outage
+    cluster = Cluster.objects.get()
+    assert not cluster.backend_healthy and cluster.backend_error
+    job.refresh_from_db()
+    assert job.state == "running"
+    assert not JobEvent.objects.filter(kind="failed").exists()
