@@ -10,6 +10,7 @@ from typing import Any
 from allocations.charts import Chart, gpus, lending_chart
 
 from .figures import ClusterReport, DailyRow, TeamReport, WeekUsage
+from .weeks import Week
 
 # Images in mail clients: a fixed size that reads on a phone and on a desktop.
 WIDTH, HEIGHT = 640, 300
@@ -49,14 +50,12 @@ def trend_chart(trend: Iterable[WeekUsage]) -> Chart:
     return _bars("GPU-hours per week (8 weeks)", "trend", "week", rows)
 
 
-def daily_chart(daily: Iterable[DailyRow]) -> Chart:
-    """GPU-hours per local day of the week, all instance types together."""
+def daily_chart(daily: Iterable[DailyRow], week: Week) -> Chart:
+    """GPU-hours per local day of the week (every day, zeros too), all instance types together."""
     sums: dict[tuple[str, str], float] = defaultdict(float)
-    days: list[str] = []
+    days = [day.strftime("%a %d %b") for day in week.days()]
     for row in daily:
         day = row.day.strftime("%a %d %b")
-        if day not in days:
-            days.append(day)
         for series, _, _ in SERIES:
             sums[(day, series)] += getattr(row.usage, series)
     rows = [(day, series, gpus(sums[(day, series)])) for day in days for series, _, _ in SERIES]
@@ -81,7 +80,7 @@ def capacity_trend_chart(report: ClusterReport) -> Chart:
 
 
 def team_charts(report: TeamReport) -> list[Chart]:
-    return [trend_chart(report.trend), daily_chart(report.daily)]
+    return [trend_chart(report.trend), daily_chart(report.daily, report.week)]
 
 
 def cluster_charts(report: ClusterReport) -> list[Chart]:
@@ -93,4 +92,4 @@ def cluster_charts(report: ClusterReport) -> list[Chart]:
     )
     lending.figure["layout"].update(width=WIDTH, height=HEIGHT, paper_bgcolor="#ffffff")
     daily = [row for team in report.teams for row in team.daily]
-    return [trend_chart(report.trend), daily_chart(daily), lending, capacity_trend_chart(report)]
+    return [trend_chart(report.trend), daily_chart(daily, report.week), lending, capacity_trend_chart(report)]
