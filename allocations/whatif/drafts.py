@@ -1,0 +1,293 @@
+"""A draft's body: a full copy of the live policy, as plain JSON.
+
+Layout (every key always present, so a body is complete on its own)::
+
+    {"cluster_policy": {"idle_allocation", "task_ranking", "share_unallocated", "queueing"},
+     "priority_classes": [{"name", "weight", "description"}, ...],
+     "teams": [{"name", <TEAM_FIELDS>, "quotas": [{"instance_type", <QUOTA_FIELDS>}, ...]}, ...]}
+
+The body is turned into what the rest of the product already understands: unsaved model rows
+for the console's forms (so a draft is edited with the live policy's forms and rules), an
+``interop.policy.ImportedPolicy`` for the diff and for applying it through the policy
+services, and a scenario's ``policy``/``teams`` (SCENARIO.md) for the replay.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from allocations.choices import BorrowLimitKind
+from allocations.interop import policy as interop
+from allocations.models import ClusterPolicy, PriorityClass, Team
+from allocations.services import policy as rules
+
+TEAM_SETTINGS = tuple(f for f in rules.TEAM_FIELDS if f != "name")
+QUOTA_SETTINGS = rules.QUOTA_FIELDS
+CLUSTER_POLICY_SETTINGS = rules.CLUSTER_POLICY_FIELDS
+
+
+class BodyError(ValueError):
+    """A body that is not a complete policy; ``errors`` start with the JSON path of the value."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
+# --- From the live policy ------------------------------------------------------------------------
+def live_body(state: interop.PolicyState | None = None) -> dict[str, Any]:
+    """The live policy as a draft body (five queries, whatever its size)."""
+    state = state or interop.read_policy()
+    return {
+        "cluster_policy": {name: getattr(state.policy, name) for name in CLUSTER_POLICY_SETTINGS},
+        "priority_classes": [
+            {"name": pc.name, "weight": pc.weight, "description": pc.description}
+            for pc in state.priority_classes
+        ],
+        "teams": [
+            {
+                "name": team.name,
+                **{name: getattr(team, name) for name in TEAM_SETTINGS},
+                "quotas": [
+                    {"instance_type": q.instance_type.name, **{n: getattr(q, n) for n in QUOTA_SETTINGS}}
+                    for q in state.quotas(team)
+                ],
+            }
+            for team in state.teams
+        ],
+    }
+
+
+# --- Checking a body -----------------------------------------------------------------------------
+def check_body(body: Any) -> None:
+    """Refuse a body that is not a complete policy, naming the path and the value of each
+    problem; the values themselves are checked by the policy services' rules when the draft
+    is edited and again when it is applied."""
+    errors: list[str] = []
+    if not isinstance(body, Mapping):
+        raise BodyError([f"body: must be an object, got {body!r}"])
+    policy = body.get("cluster_policy")
+    if not isinstance(policy, Mapping):
+        errors.append(f"body.cluster_policy: must be an object, got {policy!r}")
+    else:
+        errors += [
+            f"body.cluster_policy.{name}: is required"
+            for name in CLUSTER_POLICY_SETTINGS
+            if name not in policy
+        ]
+    classes = body.get("priority_classes")
+    if not isinstance(classes, list):
+        errors.append(f"body.priority_classes: must be a list, got {classes!r}")
+    else:
+        for i, pc in enumerate(classes):
+            if not isinstance(pc, Mapping) or not isinstance(pc.get("name"), str) or "weight" not in pc:
+                errors.append(
+                    f"body.priority_classes[{i}]: must be an object with name and weight, got {pc!r}"
+                )
+    teams = body.get("teams")
+    if not isinstance(teams, list):
+        errors.append(f"body.teams: must be a list, got {teams!r}")
+    else:
+        for i, team in enumerate(teams):
+            path = f"body.teams[{i}]"
+            if not isinstance(team, Mapping) or not isinstance(team.get("name"), str):
+                errors.append(f"{path}: must be an object with a name, got {team!r}")
+                continue
+            errors += [f"{path}.{name}: is required" for name in TEAM_SETTINGS if name not in team]
+            quotas = team.get("quotas")
+            if not isinstance(quotas, list):
+                errors.append(f"{path}.quotas: must be a list, got {quotas!r}")
+                continue
+            for j, quota in enumerate(quotas):
+                if not isinstance(quota, Mapping) or not isinstance(quota.get("instance_type"), str):
+                    errors.append(
+                        f"{path}.quotas[{j}]: must be an object with an instance_type, got {quota!r}"
+                    )
+                    continue
+                errors += [
+                    f"{path}.quotas[{j}].{name}: is required" for name in QUOTA_SETTINGS if name not in quota
+                ]
+    if errors:
+        raise BodyError(errors)
+
+
+# --- Reading and changing a body -----------------------------------------------------------------
+def team_entry(body: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+    return next((t for t in body["teams"] if t["name"] == name), None)
+
+
+def with_cluster_policy(body: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    new = copy.deepcopy(dict(body))
+    new["cluster_policy"] = {name: values[name] for name in CLUSTER_POLICY_SETTINGS}
+    return new
+
+
+def with_priority_class(body: Mapping[str, Any], name: str, weight: int | None) -> dict[str, Any]:
+    """The body with class ``name`` at ``weight`` (added when new), or without it (``None``)."""
+    new = copy.deepcopy(dict(body))
+    classes = [pc for pc in new["priority_classes"] if pc["name"] != name]
+    if weight is not None:
+        old = next((pc for pc in new["priority_classes"] if pc["name"] == name), None)
+        classes.append({"name": name, "weight": weight, "description": old["description"] if old else ""})
+    new["priority_classes"] = sorted(classes, key=lambda pc: (-pc["weight"], pc["name"]))
+    return new
+
+
+def with_team(
+    body: Mapping[str, Any], name: str, settings: Mapping[str, Any], quotas: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The body with team ``name``'s settings and its quota of each instance type replaced.
+
+    A quota with every default value is left out, as ``team_quota_set`` stores none."""
+    new = copy.deepcopy(dict(body))
+    entry = team_entry(new, name)
+    if entry is None:
+        raise KeyError(name)
+    entry.update({field: settings[field] for field in TEAM_SETTINGS})
+    rows = []
+    for type_name, values in sorted(quotas.items()):
+        values = {field: values[field] for field in QUOTA_SETTINGS}
+        if values["borrow_limit_kind"] != BorrowLimitKind.ABSOLUTE:
+            values["borrow_limit"] = None  # the service keeps a GPU cap only for absolute limits
+        if values != rules.QUOTA_DEFAULTS:
+            rows.append({"instance_type": type_name, **values})
+    entry["quotas"] = rows
+    return new
+
+
+# --- Unsaved rows for the console's forms --------------------------------------------------------
+def cluster_policy_row(body: Mapping[str, Any]) -> ClusterPolicy:
+    """An unsaved ClusterPolicy holding the draft's values (never saved)."""
+    return ClusterPolicy(**{name: body["cluster_policy"][name] for name in CLUSTER_POLICY_SETTINGS})
+
+
+def priority_class_row(body: Mapping[str, Any], name: str) -> PriorityClass | None:
+    """An unsaved PriorityClass with the live row's pk, so the rules treat it as the row being
+    edited (its own name is not "already taken")."""
+    pc = next((pc for pc in body["priority_classes"] if pc["name"] == name), None)
+    if pc is None:
+        return None
+    live = PriorityClass.objects.filter(name=name).values_list("pk", flat=True).first()
+    return PriorityClass(pk=live, name=pc["name"], weight=pc["weight"], description=pc.get("description", ""))
+
+
+def team_row(body: Mapping[str, Any], name: str) -> Team | None:
+    """An unsaved Team with the draft's settings and the live team's pk (see above)."""
+    entry = team_entry(body, name)
+    if entry is None:
+        return None
+    live = Team.objects.filter(name=name).values_list("pk", flat=True).first()
+    return Team(pk=live, name=name, **{field: entry[field] for field in TEAM_SETTINGS})
+
+
+def quota_initial(body: Mapping[str, Any], name: str, instance_types: Iterable[Any]) -> list[dict[str, Any]]:
+    """The quota formset's rows for team ``name``: one per instance type, the draft's values or
+    the defaults (the same rows ``forms.policy.quota_formset_initial`` gives a live team)."""
+    entry = team_entry(body, name) or {"quotas": []}
+    by_type = {q["instance_type"]: q for q in entry["quotas"]}
+    rows = []
+    for instance_type in instance_types:
+        quota = by_type.get(instance_type.name)
+        values = {f: quota[f] for f in QUOTA_SETTINGS} if quota else dict(rules.QUOTA_DEFAULTS)
+        rows.append({"instance_type": instance_type, **values})
+    return rows
+
+
+# --- The diff and applying -----------------------------------------------------------------------
+def as_import(body: Mapping[str, Any]) -> interop.ImportedPolicy:
+    """The body as a complete import: every priority class, every team with all its quotas."""
+    return interop.ImportedPolicy(
+        cluster_policy={name: body["cluster_policy"][name] for name in CLUSTER_POLICY_SETTINGS},
+        priority_classes={pc["name"]: pc["weight"] for pc in body["priority_classes"]},
+        teams=[
+            interop.TeamSettings(
+                name=team["name"],
+                values={field: team[field] for field in TEAM_SETTINGS},
+                quotas=[
+                    interop.QuotaSettings(
+                        instance_type=q["instance_type"],
+                        values={f: q[f] for f in QUOTA_SETTINGS},
+                        path=f"teams[{i}].quotas[{j}]",
+                    )
+                    for j, q in enumerate(team["quotas"])
+                ],
+                path=f"teams[{i}]",
+            )
+            for i, team in enumerate(body["teams"])
+        ],
+    )
+
+
+def diff(body: Mapping[str, Any], state: interop.PolicyState | None = None) -> list[interop.Change]:
+    """What applying the draft would change in the live policy (object, field, live -> draft)."""
+    return interop.diff(as_import(body), state)
+
+
+# --- The body as a scenario's policy and teams (SCENARIO.md) --------------------------------------
+def scenario_policy(body: Mapping[str, Any]) -> dict[str, Any]:
+    policy = body["cluster_policy"]
+    return {
+        **{name: policy[name] for name in CLUSTER_POLICY_SETTINGS},
+        "priority_classes": [{"name": pc["name"], "weight": pc["weight"]} for pc in body["priority_classes"]],
+    }
+
+
+def scenario_teams(
+    body: Mapping[str, Any], instance_types: Iterable[str], live: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The teams of a scenario: the body's, then any team of ``live`` that the body lacks (a
+    team created after the draft was copied keeps its live settings, as applying would).
+
+    Only ``instance_types`` (those with nodes) appear. A scenario has one borrow percentage per
+    team: quotas whose percentage differs from the team's most common one get the same cap as
+    an absolute limit (``quota * percent // 100``, the engine's own rounding), so the replay
+    limits borrowing exactly as the database's rows do."""
+    types = list(instance_types)
+    teams = list(body["teams"])
+    names = {t["name"] for t in teams}
+    teams += [t for t in (live or {}).get("teams", []) if t["name"] not in names]
+    return [_scenario_team(team, types) for team in teams]
+
+
+def _scenario_team(team: Mapping[str, Any], types: list[str]) -> dict[str, Any]:
+    quotas = {q["instance_type"]: q for q in team["quotas"]}
+    rows = {t: quotas.get(t, {"instance_type": t, **rules.QUOTA_DEFAULTS}) for t in types}
+    percents = [
+        q["borrow_limit_percent"] for q in rows.values() if q["borrow_limit_kind"] == BorrowLimitKind.PERCENT
+    ]
+    percent = max(set(percents), key=lambda p: (percents.count(p), -p)) if percents else 50
+    out: dict[str, Any] = {
+        "name": team["name"],
+        "active": team["active"],
+        "sharing": team["sharing"],
+        "fair_share_weight": team["fair_share_weight"],
+        "preempt_team_tasks": team["preempt_team_tasks"],
+        "reclaim": team["reclaim"],
+        "quota": {t: q["quota"] for t, q in rows.items()},
+        "borrow_limit_percent": percent,
+    }
+    borrow: dict[str, Any] = {}
+    lend: dict[str, Any] = {}
+    for t, q in rows.items():
+        if q["borrow_limit_kind"] == BorrowLimitKind.UNLIMITED:
+            borrow[t] = "unlimited"
+        elif q["borrow_limit_kind"] == BorrowLimitKind.ABSOLUTE:
+            borrow[t] = q["borrow_limit"]
+        elif q["borrow_limit_percent"] != percent:
+            borrow[t] = q["quota"] * q["borrow_limit_percent"] // 100
+        if q["lend_limit"] is not None:
+            lend[t] = q["lend_limit"]
+    if borrow:
+        out["borrow_limit"] = borrow
+    if lend:
+        out["lend_limit"] = lend
+    if team["preempt_while_borrowing"]:
+        max_priority = team["preempt_while_borrowing_max_priority"]
+        out["preempt_while_borrowing"] = (
+            team["preempt_while_borrowing"]
+            if max_priority is None
+            else {"policy": team["preempt_while_borrowing"], "max_priority": max_priority}
+        )
+    return out

@@ -1,0 +1,198 @@
+"""A past window of the cluster as a scenario (SCENARIO.md), to replay under other policies.
+
+Time 0 is the window's start and the horizon its length. The scenario holds:
+
+* the cluster: today's nodes (a node's history is its audited state changes, below);
+* the jobs alive in the window, with the run time they really had: ``finished_at -
+  started_at`` of their last run for finished and failed jobs, else the requested duration,
+  else none (runs to the end). A job running when the window opens is ``running_since`` its
+  last start; a job waiting then has a negative ``submit``. A cancelled job is cancelled at
+  the time it really was (the user's decision does not depend on the policy). Rejected jobs
+  never ran under any policy and are left out;
+* events: each audited change of a node's state (ready <-> draining/down) in the window, as a
+  ``node_down``/``node_up`` of its instance type. Nodes not ready when the window opens go
+  down at 0.
+
+What cannot be replayed is skipped and counted by reason (``skipped``), never guessed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+
+from allocations.choices import JobState, NodeState
+from allocations.models import AuditEntry, Job, Node
+
+# Seconds in a scenario are kept to the millisecond: exact enough, and short in the YAML.
+DIGITS = 3
+
+
+@dataclass
+class HistoryScenario:
+    """The policy-free part of a scenario (``cluster``, ``jobs``, ``events``, ``horizon``,
+    ``options``), with what was left out and why. ``job_classes`` keeps each job's priority
+    class name: a policy that lacks the class gives the job priority 0 (POLICY.md section 1)."""
+
+    data: dict[str, Any]
+    skipped: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    def skip(self, reason: str, example: str) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        shown = self.examples.setdefault(reason, [])
+        if len(shown) < 3:
+            shown.append(example)
+
+
+def _seconds(moment: datetime, start: datetime) -> float:
+    return round((moment - start).total_seconds(), DIGITS)
+
+
+def build(start: datetime, end: datetime) -> HistoryScenario:
+    """The window [start, end) of the history as a scenario without its policy and teams."""
+    out = HistoryScenario(data={})
+    horizon = _seconds(end, start)
+
+    # 1. Nodes: today's, grouped by instance type; a scenario needs one GPU count per type.
+    nodes: list[dict[str, Any]] = []
+    per_node: dict[str, int] = {}
+    node_rows = list(
+        Node.objects.order_by("instance_type__name", "name").values(
+            "pk", "name", "instance_type__name", "gpus", "state"
+        )
+    )
+    kept: dict[int, dict[str, Any]] = {}
+    for row in node_rows:
+        type_name = row["instance_type__name"]
+        if per_node.setdefault(type_name, row["gpus"]) != row["gpus"]:
+            out.skip("node with another GPU count than its type's first node", row["name"])
+            continue
+        nodes.append({"name": row["name"], "instance_type": type_name, "gpus": row["gpus"]})
+        kept[row["pk"]] = row
+
+    # 2. Node states through the window, from the audit trail of node changes.
+    events = _node_events(kept, start, end, out)
+
+    # 3. Jobs alive in the window, in primary-key order (the engine's "then id").
+    jobs: list[dict[str, Any]] = []
+    rows = (
+        Job.objects.filter(submitted_at__lt=end)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=start))
+        .exclude(state=JobState.REJECTED)
+        .order_by("pk")
+        .values(
+            "pk",
+            "team__name",
+            "instance_type__name",
+            "gpus",
+            "priority_class__name",
+            "state",
+            "submitted_at",
+            "started_at",
+            "finished_at",
+            "requested_duration",
+            "updated_at",
+        )
+    )
+    for row in rows.iterator(chunk_size=5000):
+        job = _job(row, start, end, per_node, out)
+        if job is None:
+            continue
+        jobs.append(job)
+        if row["state"] == JobState.CANCELLED:
+            cancelled = row["finished_at"] or row["updated_at"]
+            if cancelled < end:
+                events.append({"at": max(0.0, _seconds(cancelled, start)), "cancel": job["id"]})
+    events.sort(key=lambda e: e["at"])  # stable: node events before cancels of the same time
+
+    out.data = {
+        "cluster": {"nodes": nodes},
+        "jobs": jobs,
+        "events": events,
+        "horizon": horizon,
+        "options": {"keep_unfit": True},
+    }
+    return out
+
+
+def _job(
+    row: dict[str, Any], start: datetime, end: datetime, per_node: dict[str, int], out: HistoryScenario
+) -> dict[str, Any] | None:
+    """One Job row as a scenario job, or None (counted in ``skipped``) when it cannot be replayed."""
+    job_id = str(row["pk"])
+    type_name = row["instance_type__name"]
+    if type_name not in per_node:
+        out.skip("instance type without nodes", f"job {job_id} ({type_name})")
+        return None
+    gpus = row["gpus"]
+    if gpus > per_node[type_name] and gpus % per_node[type_name]:
+        out.skip("larger than a node but not whole nodes", f"job {job_id} ({gpus} GPUs)")
+        return None
+    started, finished = row["started_at"], row["finished_at"]
+    duration: float | None = None
+    if row["state"] in (JobState.FINISHED, JobState.FAILED) and started is not None and finished is not None:
+        duration = round(max(0.0, (finished - started).total_seconds()), DIGITS)
+    elif row["requested_duration"] is not None:
+        duration = float(row["requested_duration"])
+    job: dict[str, Any] = {
+        "id": job_id,
+        "team": row["team__name"],
+        "instance_type": type_name,
+        "gpus": gpus,
+        "submit": _seconds(row["submitted_at"], start),
+        "duration": duration,
+    }
+    if row["priority_class__name"]:
+        job["priority"] = row["priority_class__name"]
+    if row["submitted_at"] < start and started is not None and started <= start:
+        # Its last run had begun when the window opened (and had not ended before it).
+        job["running_since"] = _seconds(started, start)
+    return job
+
+
+def _node_events(
+    nodes: dict[int, dict[str, Any]], start: datetime, end: datetime, out: HistoryScenario
+) -> list[dict[str, Any]]:
+    """``node_down``/``node_up`` events from the audited state changes of today's nodes
+    (every change since the window opened is read, to work back from today's states)."""
+    changes = list(
+        AuditEntry.objects.filter(
+            object_type=str(Node._meta.verbose_name), field="state", object_id__in=[str(pk) for pk in nodes]
+        )
+        .filter(at__gte=start)
+        .order_by("at", "id")
+        .values_list("at", "object_id", "old_value", "new_value")
+    )
+    # 1. Undo every change since the window opened, newest first: the states at its start.
+    ready = {pk: row["state"] == NodeState.READY for pk, row in nodes.items()}
+    for _at, object_id, old, _new in reversed(changes):
+        ready[int(object_id)] = old == NodeState.READY
+    # 2. Nodes not ready then go down at 0.
+    type_of = {pk: row["instance_type__name"] for pk, row in nodes.items()}
+    events: list[dict[str, Any]] = []
+    down_at_start: Counter[str] = Counter(type_of[pk] for pk, up in ready.items() if not up)
+    for type_name, count in sorted(down_at_start.items()):
+        events.append({"at": 0.0, "node_down": {"instance_type": type_name, "count": count}})
+    # 3. The window's changes, oldest first: one event each time a node leaves or regains ready.
+    for at, object_id, old, new in changes:
+        if at >= end:
+            break
+        pk = int(object_id)
+        was_ready, is_ready = old == NodeState.READY, new == NodeState.READY
+        if was_ready == is_ready:
+            continue  # draining <-> down: not ready either way
+        if ready[pk] != was_ready:
+            out.skip(
+                "node state change that does not follow the one before",
+                f"node {nodes[pk]['name']} at {at:%Y-%m-%d %H:%M}",
+            )
+            continue
+        ready[pk] = is_ready
+        kind = "node_up" if is_ready else "node_down"
+        events.append({"at": _seconds(at, start), kind: {"instance_type": type_of[pk], "count": 1}})
+    return events

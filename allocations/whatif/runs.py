@@ -1,0 +1,212 @@
+"""One what-if run: the window's history replayed under the live policy and under each draft.
+
+``execute(run_id)`` is what the Celery task calls. It is safe to call twice: only the call
+that moves the run from ``queued`` to ``running`` does anything. Progress is written at most
+every half second from the simulator's progress callback, which also reads the run's cancel
+flag and stops the replay by raising :class:`RunCancelled` (the flag is checked between
+chunks of the replay, never in the middle of a cycle).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import time
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from allocations.models import InstanceType, WhatIfRun, WhatIfRunState
+from allocations.simulation import ScenarioError, SimulationError, parse_scenario
+from allocations.simulation.replay import Replay
+
+from . import drafts, figures, history
+
+log = logging.getLogger(__name__)
+
+LIVE = "live"
+PROGRESS_EVERY_S = 0.5
+
+
+class RunCancelled(Exception):
+    """The run's cancel flag was found set between two chunks of a replay."""
+
+
+# --- The scenario of a run -----------------------------------------------------------------------
+def pack(data: Mapping[str, Any]) -> bytes:
+    return gzip.compress(json.dumps(data, separators=(",", ":")).encode(), compresslevel=6)
+
+
+def unpack(blob: bytes | memoryview) -> dict[str, Any]:
+    return json.loads(gzip.decompress(bytes(blob)))
+
+
+def scenario_data(
+    history_data: Mapping[str, Any], policies: list[dict[str, Any]], key: str
+) -> dict[str, Any]:
+    """The complete scenario (SCENARIO.md) of one policy of a run: the window's cluster, jobs
+    and events with that policy and its teams. ``manage.py simulate`` on this, dumped as YAML,
+    replays exactly what the run replayed."""
+    entry = next(p for p in policies if p["key"] == key)
+    body = entry["body"]
+    live = policies[0]["body"]
+    types = sorted({node["instance_type"] for node in history_data["cluster"]["nodes"]})
+    classes = {pc["name"] for pc in body["priority_classes"]}
+    jobs = []
+    for job in history_data["jobs"]:
+        if "priority" in job and job["priority"] not in classes:
+            # POLICY.md section 1: a job whose class the policy lacks has priority 0.
+            job = {k: v for k, v in job.items() if k != "priority"}
+        jobs.append(job)
+    return {
+        "name": f"what-if run, {entry['name']}",
+        "cluster": history_data["cluster"],
+        "policy": drafts.scenario_policy(body),
+        "teams": drafts.scenario_teams(body, types, live),
+        "jobs": jobs,
+        "events": history_data["events"],
+        "horizon": history_data["horizon"],
+        "options": history_data["options"],
+    }
+
+
+# --- Executing a run -----------------------------------------------------------------------------
+def _claim(run_id: int) -> bool:
+    return bool(
+        WhatIfRun.objects.filter(pk=run_id, state=WhatIfRunState.QUEUED).update(
+            state=WhatIfRunState.RUNNING,
+            started_at=timezone.now(),
+            progress=0,
+            progress_message="Reading the history",
+        )
+    )
+
+
+def _finish(run_id: int, state: str, **fields: Any) -> None:
+    WhatIfRun.objects.filter(pk=run_id).update(state=state, finished_at=timezone.now(), **fields)
+
+
+class _Progress:
+    """The simulator's progress callback for replay ``index`` of ``count``."""
+
+    def __init__(self, run_id: int, index: int, count: int, label: str) -> None:
+        self.run_id, self.index, self.count, self.label = run_id, index, count, label
+        self.last = 0.0
+
+    def report(self, fraction: float, message: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < PROGRESS_EVERY_S:
+            return
+        self.last = now
+        if WhatIfRun.objects.filter(pk=self.run_id, cancel_requested=True).exists():
+            raise RunCancelled
+        overall = min(1.0, (self.index + fraction) / self.count)
+        WhatIfRun.objects.filter(pk=self.run_id, state=WhatIfRunState.RUNNING).update(
+            progress=overall, progress_message=message[:200]
+        )
+
+    def __call__(self, now: float, end: float | None, done: int, total: int) -> None:
+        fraction = now / end if end else (done / total if total else 1.0)
+        self.report(
+            max(0.0, min(1.0, fraction)),
+            f"Replaying under {self.label}: {100 * fraction:.0f}% of the window, {done:,} of {total:,} jobs done",
+        )
+
+
+def execute(run_id: int) -> str:
+    """Run the what-if run ``run_id`` if it is still queued; returns its final state."""
+    if not _claim(run_id):
+        return WhatIfRun.objects.filter(pk=run_id).values_list("state", flat=True).first() or "missing"
+    try:
+        results = _replay_all(run_id)
+    except RunCancelled:
+        _finish(run_id, WhatIfRunState.CANCELLED, progress_message="Cancelled")
+        return WhatIfRunState.CANCELLED
+    except (ScenarioError, SimulationError) as exc:
+        _finish(run_id, WhatIfRunState.FAILED, error=f"{type(exc).__name__}: {exc}"[:20000])
+        return WhatIfRunState.FAILED
+    except Exception as exc:  # a bug must still end the run visibly, not leave it "running"
+        log.exception("what-if run %s failed", run_id)
+        _finish(run_id, WhatIfRunState.FAILED, error="".join(traceback.format_exception_only(exc))[:20000])
+        return WhatIfRunState.FAILED
+    with transaction.atomic():
+        run = WhatIfRun.objects.select_for_update().get(pk=run_id)
+        state = WhatIfRunState.CANCELLED if run.cancel_requested else WhatIfRunState.DONE
+        run.state = state
+        run.results = results
+        run.progress = 1.0
+        run.progress_message = "Done" if state == WhatIfRunState.DONE else "Cancelled"
+        run.finished_at = timezone.now()
+        run.save(update_fields=["state", "results", "progress", "progress_message", "finished_at"])
+    return state
+
+
+def _replay_all(run_id: int) -> dict[str, Any]:
+    """1. The window's history as a scenario (stored with the run); 2. one replay per policy,
+    with the engine wrapped to record pending reasons; 3. figures and comparisons."""
+    run = WhatIfRun.objects.get(pk=run_id)
+    policies = run.policies
+    # 1. The history, once: a run that is retried replays the same scenario.
+    if run.scenario:
+        history_data = unpack(run.scenario)
+        skipped: dict[str, Any] = run.results.get("skipped", {})
+    else:
+        built = history.build(run.window_start, run.window_end)
+        history_data = built.data
+        skipped = {"counts": built.skipped, "examples": built.examples}
+        WhatIfRun.objects.filter(pk=run_id).update(scenario=pack(history_data), results={"skipped": skipped})
+    prices = {
+        name: float(price) for name, price in InstanceType.objects.values_list("name", "price_per_gpu_hour")
+    }
+
+    # 2. One replay per policy, the live one first.
+    from allocations.engine import allocate
+
+    outcomes: list[dict[str, Any]] = []
+    per_job: dict[str, dict[str, dict[str, Any]]] = {}
+    for index, entry in enumerate(policies):
+        progress = _Progress(run_id, index, len(policies), entry["name"])
+        progress.report(0.0, f"Replaying under {entry['name']}", force=True)
+        scenario = parse_scenario(scenario_data(history_data, policies, entry["key"]), keep_unfit=True)
+        recorder = figures.ReasonRecorder(allocate)
+        result = Replay(scenario, allocate=recorder, progress=progress).run()
+        recorder.finish(result.end_time)
+        shown, jobs = figures.figures(result, scenario, prices, recorder)
+        outcomes.append({"key": entry["key"], "name": entry["name"], **shown})
+        per_job[entry["key"]] = jobs
+        progress.report(1.0, f"Replayed under {entry['name']}", force=True)
+
+    # 3. Each draft against the live policy: the jobs whose wait changed most.
+    comparisons = [
+        {"key": entry["key"], "jobs": figures.wait_changes(per_job[LIVE], per_job[entry["key"]])}
+        for entry in policies[1:]
+    ]
+    return {
+        "skipped": skipped,
+        "jobs": len(history_data["jobs"]),
+        "nodes": len(history_data["cluster"]["nodes"]),
+        "node_events": sum(1 for e in history_data["events"] if "cancel" not in e),
+        "policies": outcomes,
+        "comparisons": comparisons,
+    }
+
+
+def export_yaml(run: WhatIfRun, key: str) -> str:
+    """The scenario that ``run`` replayed under policy ``key`` as a YAML file for
+    ``manage.py simulate`` (which then prints the same figures). KeyError: no such policy."""
+    import yaml
+
+    if not run.scenario:
+        raise KeyError("scenario")
+    if not any(p["key"] == key for p in run.policies):
+        raise KeyError(key)
+    data = scenario_data(unpack(run.scenario), run.policies, key)
+    header = (
+        f"# gpugov what-if run {run.pk}: {run.window_start:%Y-%m-%d %H:%M} to {run.window_end:%Y-%m-%d %H:%M} UTC\n"
+        "# time 0 is the start of the window; replay with: python manage.py simulate THIS_FILE\n"
+    )
+    return header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=120)

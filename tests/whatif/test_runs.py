@@ -1,0 +1,140 @@
+"""A what-if run over a week of history: the figures, and the same figures from ``manage.py
+simulate`` on the run's exported scenario."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from django.core.management import call_command
+
+from allocations.models import WhatIfRun, WhatIfRunState
+from allocations.services import drafts as services
+from allocations.whatif import drafts as bodies
+from allocations.whatif import history
+from allocations.whatif.runs import execute, export_yaml
+
+
+def lending_draft(personas, name="lend more"):
+    """A draft in which team-b lends its whole quota (live: lend limit 0)."""
+    draft = services.draft_create(actor=personas.cluster_admin, name=name)
+    quota = {
+        "quota": 8,
+        "borrow_limit_kind": "percent",
+        "borrow_limit_percent": 50,
+        "borrow_limit": None,
+        "lend_limit": None,
+    }
+    team = bodies.team_entry(draft.body, "team-b")
+    body = bodies.with_team(draft.body, "team-b", team, {"ml.p5.48xlarge": quota})
+    return services.draft_update(draft=draft, body=body)
+
+
+def run_week(week, *drafts):
+    run = services.whatif_run_create(
+        actor=week.personas.cluster_admin, drafts=drafts, window_start=week.start, window_end=week.end
+    )
+    assert execute(run.pk) == WhatIfRunState.DONE, WhatIfRun.objects.get(pk=run.pk).error
+    run.refresh_from_db()
+    return run
+
+
+def by_key(run):
+    return {p["key"]: p for p in run.results["policies"]}
+
+
+def test_the_window_becomes_a_scenario_with_real_run_times_and_node_history(week):
+    built = history.build(week.start, week.end)
+    jobs = {j["id"]: j for j in built.data["jobs"]}
+    assert len(jobs) == len(week.jobs)
+    finished = week.jobs[0]
+    assert jobs[str(finished.pk)]["duration"] == (finished.finished_at - finished.started_at).total_seconds()
+    assert jobs[str(finished.pk)]["submit"] == (finished.submitted_at - week.start).total_seconds()
+    running = week.jobs[-1]
+    assert jobs[str(running.pk)]["duration"] == 4 * 3600  # still running: its requested duration
+    kinds = [next(k for k in e if k != "at") for e in built.data["events"]]
+    assert kinds.count("node_down") == 1 and kinds.count("node_up") == 1 and kinds.count("cancel") == 1
+    down = next(e for e in built.data["events"] if "node_down" in e)
+    assert down["at"] == 3 * 86400
+    assert built.data["horizon"] == 7 * 86400
+    assert built.skipped == {}
+
+
+def test_a_draft_that_lends_more_cuts_team_a_waits_and_idle_gpu_hours(week):
+    draft = lending_draft(week.personas)
+    run = run_week(week, draft)
+    live, lending = by_key(run)["live"], by_key(run)[f"draft-{draft.pk}"]
+    assert live["teams"]["team-b"]["lent_gpu_hours"] == 0
+    assert lending["teams"]["team-b"]["lent_gpu_hours"] > 0
+    assert lending["teams"]["team-a"]["borrowed_gpu_hours"] > live["teams"]["team-a"]["borrowed_gpu_hours"]
+    assert lending["teams"]["team-a"]["wait_mean_s"] < live["teams"]["team-a"]["wait_mean_s"]
+    assert (
+        lending["cluster"]["idle_while_waiting_gpu_hours"] < live["cluster"]["idle_while_waiting_gpu_hours"]
+    )
+    # Cost is GPU-hours x price: the per-job runs add up to the simulator's own GPU-hours.
+    for figures in (live, lending):
+        for team in figures["teams"].values():
+            assert team["cost"] == pytest.approx(team["gpu_hours"] * 4.5, abs=0.01)
+    changed = run.results["comparisons"][0]["jobs"]
+    assert changed and changed[0]["change_s"] < 0 and changed[0]["team"] == "team-a"
+    assert changed[0]["reason_base"]["code"]  # why it waited under the live policy
+    assert run.progress == 1.0
+
+
+@pytest.mark.parametrize("key", ["live", "draft"])
+def test_manage_py_simulate_on_the_exported_scenario_gives_the_same_figures(week, tmp_path: Path, key):
+    draft = lending_draft(week.personas)
+    run = run_week(week, draft)
+    key = "live" if key == "live" else f"draft-{draft.pk}"
+    scenario = tmp_path / "whatif.yaml"
+    scenario.write_text(export_yaml(run, key))
+    out = tmp_path / "result.json"
+    with open(tmp_path / "summary.txt", "w") as summary:
+        call_command("simulate", str(scenario), "--json", str(out), "--no-progress", stdout=summary)
+    simulated = json.loads(out.read_text())
+    stored = by_key(run)[key]
+    for name, team in simulated["teams"].items():
+        assert {k: stored["teams"][name][k] for k in team} == team
+    assert {k: stored["cluster"][k] for k in simulated["cluster"]} == simulated["cluster"]
+    assert simulated["job_counts"] == stored["job_counts"]
+    assert yaml.safe_load(scenario.read_text())["options"] == {"keep_unfit": True}
+
+
+def test_a_run_cancelled_while_queued_never_replays(week):
+    run = services.whatif_run_create(
+        actor=week.personas.cluster_admin,
+        drafts=[lending_draft(week.personas)],
+        window_start=week.start,
+        window_end=week.end,
+    )
+    services.whatif_run_cancel(run=run)
+    assert execute(run.pk) == WhatIfRunState.CANCELLED
+    run.refresh_from_db()
+    assert run.results == {} and run.scenario is None
+
+
+def test_a_run_cancelled_while_running_stops_at_the_next_check(week, monkeypatch):
+    from allocations.whatif import runs
+
+    monkeypatch.setattr(runs, "PROGRESS_EVERY_S", 0.0)  # check the flag at every report
+    run = services.whatif_run_create(
+        actor=week.personas.cluster_admin,
+        drafts=[lending_draft(week.personas)],
+        window_start=week.start,
+        window_end=week.end,
+    )
+    # The flag is set as the run starts: the first progress report finds it.
+    WhatIfRun.objects.filter(pk=run.pk).update(cancel_requested=True)
+    assert execute(run.pk) == WhatIfRunState.CANCELLED
+    run.refresh_from_db()
+    assert run.state == WhatIfRunState.CANCELLED and "policies" not in run.results
+
+
+def test_executing_a_finished_run_again_changes_nothing(week):
+    run = run_week(week, lending_draft(week.personas))
+    before = run.results
+    assert execute(run.pk) == WhatIfRunState.DONE
+    run.refresh_from_db()
+    assert run.results == before
