@@ -28,7 +28,7 @@ Progress = Callable[[float, float | None, int, int], None]  # now, end, jobs don
 
 # Cycles at one instant before the replay gives up: back-off (POLICY.md 3.5) makes the cycles
 # of one instant come to rest after a few rounds; far more than that is an engine bug.
-MAX_CYCLES_PER_INSTANT = 10_000
+MAX_CYCLES_PER_INSTANT = 1_000
 
 UNSUBMITTED, PENDING, RUNNING, FINISHED, CANCELLED, REJECTED = (
     "unsubmitted",

@@ -234,5 +234,42 @@ def test_cycles_that_never_come_to_rest_stop_with_a_clear_error() -> None:
         )
 
     scenario = load(WAITING.replace("gpus: 2, submit", "gpus: 4, submit"))
-    with pytest.raises(SimulationError, match="did not come to rest after 10000 cycles"):
+    with pytest.raises(SimulationError, match="did not come to rest after 1000 cycles"):
         replay(scenario, allocate=flip_flop)
+
+
+RECLAIM = """
+cluster:
+  node_pools: [{instance_type: ml.g5.8xlarge, count: 8, gpus_per_node: 1}]
+teams:
+  - {name: team-a, quota: {ml.g5.8xlarge: 4}}
+  - {name: team-b, quota: {ml.g5.8xlarge: 4}, borrow_limit_percent: 100}
+jobs:
+  - {id: b1, team: team-b, gpus: 4, submit: -100, running_since: -100, duration: null}
+  - {id: b2, team: team-b, gpus: 2, submit: 0, duration: 1000}
+  - {id: a1, team: team-a, gpus: 4, submit: 5, duration: 100}
+"""
+
+
+def test_a_preempted_job_loses_its_progress_and_waits_again_from_the_requeue() -> None:
+    result = replay(load(RECLAIM))
+    b2 = result.jobs["b2"]
+    assert [(p.at, p.reason, p.by) for p in b2.preempted] == [(5, "reclaim", "a1")]
+    # Back at 105 when a1 finishes, from scratch: it ends 1000 s later.
+    assert (b2.admitted_at, b2.finished_at, b2.state) == ((0, 105), 1105, "finished")
+    team_b = result.teams["team-b"]
+    assert team_b.lost_gpu_hours == pytest.approx(2 * 5 / 3600)
+    assert (team_b.preemptions, team_b.starts, team_b.wait_p50_s, team_b.wait_p95_s) == (1, 2, 0, 100)
+    assert result.cluster.lost_gpu_hours == pytest.approx(2 * 5 / 3600)
+    assert result.cluster.preemptions == 1
+
+
+def test_back_off_retry_cycles_run_before_the_end_but_do_not_extend_the_run() -> None:
+    forever = load(
+        RECLAIM.replace("duration: 1000", "duration: null").replace("duration: 100}", "duration: null}")
+    )
+    # Nothing but b2's retry cycle (at 5 + 2^0) is left after 5: the run ends at 5.
+    assert replay(forever).end_time == 5
+    at_5, at_20 = replay(forever, until=5), replay(forever, until=20)
+    assert at_20.cluster.cycles == at_5.cluster.cycles + 1  # the retry cycle at 6
+    assert at_20.jobs["b2"].state == "pending"
