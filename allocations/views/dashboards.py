@@ -103,8 +103,7 @@ def cluster_charts(filters: Filters) -> list[Chart]:
     window, type_ids, team_ids = filters.window, filters.instance_type_ids, filters.team_ids
     capacity = history.capacity_points(window, type_ids)
     totals = history.team_totals(window, type_ids, team_ids)
-    samples = {p["at"]: p["samples"] for p in capacity}
-    usage, preemptions = history.stacked_usage(window, totals, samples, type_ids, team_ids)
+    usage, preemptions = history.stacked_usage(window, totals, capacity, type_ids, team_ids)
     return [
         charts.capacity_chart(capacity, usage),
         charts.idle_while_waiting_chart(capacity),
