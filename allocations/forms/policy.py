@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 
 from allocations import choices
-from allocations.choices import JobState, Role
+from allocations.choices import JobState
 from allocations.models import (
     Cluster,
     ClusterPolicy,
@@ -369,6 +369,3 @@ class AuditFilterForm(forms.Form):
         if since and until and since > until:
             self.add_error("until", f"To ({until}) must not be before From ({since}).")
         return cleaned
-
-
-ROLE_CHOICES = Role.choices

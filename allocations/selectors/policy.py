@@ -15,7 +15,6 @@ from datetime import date, datetime, time, timedelta
 from django.db.models import Count, Q, QuerySet, Sum
 from django.utils import timezone
 
-from allocations import choices
 from allocations.choices import BorrowLimitKind, NodeState
 from allocations.models import AuditEntry, Cluster, InstanceType, Job, Node, Team, TeamQuota
 
@@ -222,6 +221,3 @@ def audit_object_types() -> list[str]:
 
 def audit_actors() -> list[str]:
     return list(AuditEntry.objects.order_by("actor_name").values_list("actor_name", flat=True).distinct())
-
-
-JOB_STATE_CHOICES = choices.JobState.choices

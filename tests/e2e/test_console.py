@@ -18,7 +18,9 @@ def test_admin_creates_an_over_committed_team_and_finds_it_in_the_audit(live_ser
 
     # 1. Teams -> New team: 16 GPUs of ml.p5.48xlarge, where team-a and team-b already hold 16 of 16.
     page.click("nav >> text=Teams")
+    page.wait_for_url(re.compile(r"/console/teams/$"))
     page.click("text=New team")
+    page.wait_for_url(re.compile(r"/console/teams/new/$"))
     page.fill("#id_name", "vision")
     page.fill("#id_display_name", "Computer Vision")
     page.fill("#id_fair_share_weight", "3")
@@ -36,6 +38,7 @@ def test_admin_creates_an_over_committed_team_and_finds_it_in_the_audit(live_ser
 
     # 3. The capacity page shows the same numbers.
     page.click("nav >> text=Capacity")
+    page.wait_for_url(re.compile(r"^https?://[^/]+/$"))
     card = page.locator('section[data-instance-type="ml.p5.48xlarge"]')
     assert card.locator(".quota-sum").inner_text() == "32 GPUs"
     assert card.locator(".ready-gpus").inner_text() == "16 of 16 GPUs"
@@ -43,8 +46,10 @@ def test_admin_creates_an_over_committed_team_and_finds_it_in_the_audit(live_ser
 
     # 4. Audit: the creation of the team and of its quota, by admin.
     page.click("nav >> text=Audit")
+    page.wait_for_url(re.compile(r"/console/audit/$"))
     page.fill("#id_object", "vision")
     page.click("text=Filter")
+    page.wait_for_url(re.compile(r"/console/audit/\?.*object=vision"))
     rows = page.locator("#audit tbody tr")
     texts = rows.all_inner_texts()
     assert len(texts) == 2, texts
