@@ -50,7 +50,15 @@ PENDING_SAMPLE_DAYS = 9 * 7  # kept: the reported week, with room for a late res
 
 
 def cluster_time_zone() -> str:
-    return Cluster.objects.filter(pk=1).values_list("time_zone", flat=True).first() or "UTC"
+    """The cluster's IANA zone; UTC (logged) when none is configured or the name is unknown,
+    so that a bad setting delays reports by hours instead of stopping them."""
+    name = Cluster.objects.filter(pk=1).values_list("time_zone", flat=True).first() or "UTC"
+    try:
+        zone(name)
+    except ValueError as exc:
+        log.warning("weekly reports use UTC: %s", exc)
+        return "UTC"
+    return name
 
 
 # --- 1. Pending reasons ------------------------------------------------------------------------

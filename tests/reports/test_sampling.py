@@ -55,3 +55,12 @@ def test_beat_runs_the_sampler_and_the_weekly_check(personas):
     assert schedule["weekly-reports"]["schedule"] == 3600.0
     f.make_job(personas.team, personas.instance_type, 1, pending_reason_code="borrow-limit")
     assert sample_pending_reasons.apply().get() == 1
+
+
+def test_an_unknown_cluster_time_zone_falls_back_to_utc(personas, caplog):
+    from allocations.models import Cluster
+    from allocations.services.reports import cluster_time_zone
+
+    Cluster.objects.filter(pk=1).update(time_zone="Mars/Olympus_Mons")
+    assert cluster_time_zone() == "UTC"
+    assert "time_zone: unknown time zone 'Mars/Olympus_Mons'" in caplog.text
