@@ -51,6 +51,7 @@ NeverFits = Callable[[Snapshot, Job], PendingReason | None]
 MAX_ERRORS_SHOWN = 20
 # Unusable trace rows quoted per kind in the skip report.
 SKIP_EXAMPLES = 3
+MAX_GPUS = 1_000_000  # per job: anything above is a typo, and keeps messages short
 TEAM_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
@@ -196,7 +197,8 @@ def _show(value: object) -> str:
     if isinstance(value, Mapping | list | tuple):
         text = json.dumps(value, default=str)
         return text if len(text) <= 60 else text[:57] + "..."
-    return str(value)
+    text = str(value)
+    return text if len(text) <= 20 or not isinstance(value, int | float) else f"{value:.6g}"
 
 
 def _key_path(path: str, key: object) -> str:
@@ -208,6 +210,8 @@ class _Reader:
 
     def __init__(self) -> None:
         self.errors: list[str] = []
+        # Teams refused for a bad setting: their jobs are not also reported as "unknown team".
+        self.refused_teams: set[str] = set()
 
     def error(self, path: str, message: str) -> None:
         self.errors.append(f"{path}: {message}")
@@ -510,6 +514,7 @@ def _read_team(
                 changes["preempt_while_borrowing_max_priority"] = max_priority
 
     if len(r.errors) > errors_before:
+        r.refused_teams.add(name)
         return None
     for t, q in quotas.items():
         if q.lend_limit is not None and q.lend_limit > q.quota:
@@ -554,20 +559,23 @@ def _read_job(
         job_id = str(job_id)
     job_id = r.text(job_id, f"{path}.id")
     team = job["team"]
-    if team not in teams:
+    if not isinstance(team, str) or (team not in teams and team not in r.refused_teams):
         r.bad(f"{path}.team", f"unknown team (teams: {', '.join(teams)})", team)
+    refused = isinstance(team, str) and team in r.refused_teams  # reported already: skip silently
     gpus = r.whole(job["gpus"], f"{path}.gpus", minimum=1)
+    if gpus is not None and gpus > MAX_GPUS:
+        r.bad(f"{path}.gpus", f"must be at most {MAX_GPUS:,}", gpus)
     instance_type = job.get("instance_type", _default_type(types))
     if instance_type is None:
         r.error(f"{path}.instance_type", "is required when the cluster has more than one instance type")
-    elif instance_type not in types:
+    elif not isinstance(instance_type, str) or instance_type not in types:
         r.bad(
             f"{path}.instance_type",
             f"unknown instance type (the cluster has: {', '.join(types)})",
             instance_type,
         )
     priority = job.get("priority")
-    if priority is not None and priority not in classes:
+    if priority is not None and (not isinstance(priority, str) or priority not in classes):
         r.bad(
             f"{path}.priority",
             f"unknown priority class (classes: {', '.join(sorted(classes)) or 'none'})",
@@ -589,7 +597,7 @@ def _read_job(
                 "before the simulation starts)",
                 duration,
             )
-    if len(r.errors) > errors_before:
+    if refused or len(r.errors) > errors_before:
         return None
     assert job_id is not None and gpus is not None and submit is not None and instance_type is not None
     return ScenarioJob(
@@ -1135,7 +1143,7 @@ def _resolve_event(
         return Cancel(raw.body)
     if raw.kind == "update_team":
         name = raw.body.get("name") if isinstance(raw.body, Mapping) else None
-        if name not in teams:
+        if not isinstance(name, str) or name not in teams:
             r.bad(f"{path}.name", f"unknown team (teams: {', '.join(teams)})", name)
             return None
         team = _read_team(r, raw.body, path, types, policy, teams[name])

@@ -170,6 +170,21 @@ CORPUS = [
         scenario(jobs="[{id: j1, team: team-a, gpus: 12}]"),
         "jobs[0].gpus: a job larger than one node must ask for whole nodes (multiples of 8 on ml.p5.48xlarge), got 12",
     ),
+    (
+        "list-as-team",
+        scenario(jobs="[{id: j1, team: [team-a], gpus: 1}]"),
+        'jobs[0].team: unknown team (teams: team-a, team-b), got ["team-a"]',
+    ),
+    (
+        "mapping-as-priority",
+        scenario(jobs="[{id: j1, team: team-a, gpus: 1, priority: {x: 1}}]"),
+        'jobs[0].priority: unknown priority class (classes: none), got {"x": 1}',
+    ),
+    (
+        "absurd-gpus",
+        scenario(jobs="[{id: j1, team: team-a, gpus: 2000000}]"),
+        "jobs[0].gpus: must be at most 1,000,000, got 2000000",
+    ),
     ("no-cluster", "teams: []\n", "cluster: is required"),
     ("empty-cluster", scenario(cluster="{}"), "cluster: needs node_pools or nodes"),
     (
@@ -311,3 +326,12 @@ def test_a_json_scenario_loads_like_yaml(tmp_path: Path) -> None:
     loaded = load_scenario(file)
     assert loaded.name == "s"
     assert [(j.id, j.instance_type, j.gpus, j.submit) for j in loaded.jobs] == [("1", "x", 4, 0)]
+
+
+def test_the_jobs_of_a_refused_team_are_not_reported_again_as_unknown_team() -> None:
+    errors = errors_of(scenario(teams="[{name: team-a, quota: 5}]"))
+    assert errors == ["teams[0].quota: must be a mapping of instance type to GPUs, got 5"]
+
+
+def test_a_file_that_is_not_a_mapping_is_refused() -> None:
+    assert errors_of("- just\n- a list\n") == ['(file): must be a mapping, got ["just", "a list"]']
