@@ -22,7 +22,11 @@ CONSOLE_NAV = [
     ("allocations:audit", "Audit"),
 ]
 # Pages other surfaces add; a link shows only once its URL name exists.
-STAFF_EXTRA_NAV = [("allocations:cycles", "Cycles"), ("allocations:export", "Import/export")]
+STAFF_EXTRA_NAV = [
+    ("allocations:cycles", "Cycles"),
+    ("allocations:export", "Import/export"),
+    ("allocations:whatif", "What-if"),
+]
 # Pages every signed-in user may open (they show each user what their roles allow).
 MEMBER_NAV = [
     ("allocations:my_teams", "My teams"),

@@ -132,3 +132,6 @@ def send_weekly_reports() -> str:
 
     result = weekly_reports_tick(now=timezone.now())
     return "not due" if result is None else str(result)
+
+
+from allocations.whatif import tasks as whatif_tasks  # noqa: E402, F401  (registers the what-if task)

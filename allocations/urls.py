@@ -2,7 +2,7 @@
 
 from django.urls import include, path
 
-from .views import console, cycles, dashboards, interop, reports, teams
+from .views import console, cycles, dashboards, interop, reports, teams, whatif
 
 app_name = "allocations"
 
@@ -13,5 +13,6 @@ urlpatterns = [
     *dashboards.urlpatterns,
     *interop.urlpatterns,
     *reports.urlpatterns,
+    *whatif.urlpatterns,
     path("api/", include("allocations.api.urls")),
 ]

@@ -170,7 +170,9 @@ def priority_class_row(body: Mapping[str, Any], name: str) -> PriorityClass | No
     if pc is None:
         return None
     live = PriorityClass.objects.filter(name=name).values_list("pk", flat=True).first()
-    return PriorityClass(pk=live, name=pc["name"], weight=pc["weight"], description=pc.get("description", ""))
+    row = PriorityClass(pk=live, name=pc["name"], weight=pc["weight"], description=pc.get("description", ""))
+    row._state.adding = live is None  # Django's unique checks then skip the row itself
+    return row
 
 
 def team_row(body: Mapping[str, Any], name: str) -> Team | None:
@@ -179,7 +181,9 @@ def team_row(body: Mapping[str, Any], name: str) -> Team | None:
     if entry is None:
         return None
     live = Team.objects.filter(name=name).values_list("pk", flat=True).first()
-    return Team(pk=live, name=name, **{field: entry[field] for field in TEAM_SETTINGS})
+    row = Team(pk=live, name=name, **{field: entry[field] for field in TEAM_SETTINGS})
+    row._state.adding = live is None
+    return row
 
 
 def quota_initial(body: Mapping[str, Any], name: str, instance_types: Iterable[Any]) -> list[dict[str, Any]]:

@@ -1,0 +1,80 @@
+"""Forms of the what-if lab: a draft's name, and a run's drafts and past window. The draft's
+policy itself is edited with the console's own forms (``forms.policy``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, time, timedelta
+from typing import Any
+
+from django import forms
+from django.utils import timezone
+
+from allocations.models import PolicyDraft
+
+RANGES = [("7", "Last 7 days"), ("30", "Last 30 days"), ("90", "Last 90 days"), ("dates", "Dates")]
+
+
+class DraftNameForm(forms.Form):
+    name = forms.CharField(
+        label="Draft name",
+        max_length=100,
+        error_messages={
+            "required": "Draft name is required.",
+            "max_length": "Draft name must be at most %(limit_value)d characters; got %(show_value)d.",
+        },
+    )
+
+
+class RunForm(forms.Form):
+    """Which drafts to compare with the live policy, over which past window (UTC days)."""
+
+    drafts = forms.ModelMultipleChoiceField(
+        queryset=PolicyDraft.objects.order_by("name"),
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={
+            "required": "Choose at least one draft to compare with the live policy.",
+            "invalid_choice": "Draft %(value)s does not exist.",
+            "invalid_pk_value": "Draft must be a draft's id; got %(pk)r.",
+        },
+    )
+    range = forms.ChoiceField(
+        label="Window",
+        choices=RANGES,
+        initial="7",
+        error_messages={"invalid_choice": "Window must be 7, 30, 90 or dates; got %(value)r."},
+    )
+    since = forms.DateField(
+        required=False,
+        label="From",
+        widget=forms.DateInput(attrs={"type": "date"}),
+        error_messages={"invalid": "From must be a date like 2026-01-31."},
+    )
+    until = forms.DateField(
+        required=False,
+        label="To (inclusive)",
+        widget=forms.DateInput(attrs={"type": "date"}),
+        error_messages={"invalid": "To must be a date like 2026-01-31."},
+    )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        choice = cleaned.get("range")
+        now = timezone.now().replace(microsecond=0)
+        if choice in ("7", "30", "90"):
+            cleaned["window_start"] = now - timedelta(days=int(choice))
+            cleaned["window_end"] = now
+        elif choice == "dates":
+            since, until = cleaned.get("since"), cleaned.get("until")
+            if since is None:
+                self.add_error("since", "From is required when the window is given by dates.")
+            if until is None:
+                self.add_error("until", "To is required when the window is given by dates.")
+            if since and until:
+                if since > until:
+                    self.add_error("until", f"To ({until}) must not be before From ({since}).")
+                start = datetime.combine(since, time.min, tzinfo=UTC)
+                end = min(now, datetime.combine(until + timedelta(days=1), time.min, tzinfo=UTC))
+                if start >= now:
+                    self.add_error("since", f"From must be a past day; got {since}.")
+                cleaned["window_start"], cleaned["window_end"] = start, end
+        return cleaned
