@@ -7,7 +7,9 @@ service fails the test (CI must start it); elsewhere the test skips and says why
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,3 +69,44 @@ class Personas:
 @pytest.fixture
 def personas(db: None) -> Personas:
     return Personas()
+
+
+# --- Browser tests: one Playwright and one Chromium for the whole session ---------------------
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+TIMEOUT_MS = 20_000  # a generous ceiling for one step on a busy 2-core machine, not a measurement
+
+
+@pytest.fixture(scope="session")
+def playwright() -> Iterator[Any]:
+    require_service(CHROMIUM.exists(), f"Chromium at {CHROMIUM} (scripts/test-prereqs installs it)")
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop in the test's thread; the ORM calls stay synchronous.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as driver:
+        yield driver
+
+
+@pytest.fixture(scope="session")
+def browser(playwright: Any) -> Iterator[Any]:
+    browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+    yield browser
+    browser.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh page in its own context (no cookies shared between tests)."""
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    page = context.new_page()
+    yield page
+    context.close()

@@ -4,7 +4,6 @@ pastes it into the import page, reviews the preview and applies it."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,35 +13,18 @@ from django.conf import settings
 from django.test import Client
 
 from allocations.models import AuditEntry, TeamQuota
-from tests.conftest import require_service
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
+from tests.conftest import TIMEOUT_MS
 
 pytestmark = [pytest.mark.e2e]
 
 
 @pytest.fixture
-def browser_page(live_server: Any) -> Iterator[Any]:
-    require_service(CHROMIUM.exists(), "Chromium at /usr/bin/chromium (scripts/test-prereqs installs it)")
-    # Playwright's sync API runs an event loop in this thread; the test itself is synchronous.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(base_url=live_server.url, accept_downloads=True)
-            yield context.new_page()
-        finally:
-            browser.close()
+def browser_page(live_server: Any, browser: Any) -> Iterator[Any]:
+    """A page whose relative URLs go to the live server, and which accepts downloads."""
+    context = browser.new_context(base_url=live_server.url, accept_downloads=True)
+    context.set_default_timeout(TIMEOUT_MS)
+    yield context.new_page()
+    context.close()
 
 
 def log_in(page: Any, live_server: Any, user: Any) -> None:
