@@ -162,6 +162,11 @@ def to_json(result: Result) -> dict[str, Any]:
     return out
 
 
+def _hours(value: float) -> str:
+    """GPU-hours with the decimals that show something: a short what-if is minutes long."""
+    return f"{value:.1f}" if value >= 100 else f"{value:.2f}" if value >= 1 or value == 0 else f"{value:.3f}"
+
+
 def _duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f}s"
@@ -189,14 +194,14 @@ def summary(result: Result) -> str:
     rows = [
         (
             name,
-            f"{t.gpu_hours:.2f}",
-            f"{t.borrowed_gpu_hours:.2f}",
-            f"{t.lent_gpu_hours:.2f}",
-            f"{t.idle_quota_gpu_hours:.2f}",
+            _hours(t.gpu_hours),
+            _hours(t.borrowed_gpu_hours),
+            _hours(t.lent_gpu_hours),
+            _hours(t.idle_quota_gpu_hours),
             _duration(t.wait_p50_s),
             _duration(t.wait_p95_s),
             str(t.preemptions),
-            f"{t.lost_gpu_hours:.2f}",
+            _hours(t.lost_gpu_hours),
         )
         for name, t in result.teams.items()
     ]
@@ -212,10 +217,10 @@ def summary(result: Result) -> str:
     c = result.cluster
     lines += [
         "",
-        f"cluster: {c.allocated_gpu_hours:.2f} of {c.capacity_gpu_hours:.2f} GPU-hours allocated "
-        f"(utilization {100 * c.utilization:.1f}%), {c.idle_while_waiting_gpu_hours:.2f} GPU-hours idle while jobs waited",
+        f"cluster: {_hours(c.allocated_gpu_hours)} of {_hours(c.capacity_gpu_hours)} GPU-hours allocated "
+        f"(utilization {100 * c.utilization:.1f}%), {_hours(c.idle_while_waiting_gpu_hours)} GPU-hours idle while jobs waited",
         f"         wait mean {_duration(c.wait_mean_s)}, p95 {_duration(c.wait_p95_s)}; {c.preemptions} preemptions, "
-        f"{c.lost_gpu_hours:.2f} GPU-hours lost; {c.cycles} cycles",
+        f"{_hours(c.lost_gpu_hours)} GPU-hours lost; {c.cycles} cycles",
         "jobs:    " + ", ".join(f"{n} {state}" for state, n in result.counts.items() if n),
     ]
     if c.node_down_lost_gpu_hours:

@@ -42,7 +42,7 @@ def test_call_command_prints_a_summary_per_team_and_for_the_cluster() -> None:
     assert "Scenario borrow-and-reclaim: simulated 0 .. 5 s" in text
     lines = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("team-")}
     assert set(lines) == {"team-a", "team-b"}
-    assert lines["team-b"][-2:] == ["1", "0.00"]  # one preemption, 2 GPUs x 5 s lost
+    assert lines["team-b"][-2:] == ["1", "0.003"]  # one preemption, 2 GPUs x 5 s lost
     assert "1 preemptions" in text and "2 running, 1 pending" in text
 
 
