@@ -109,6 +109,13 @@ class _Changes:
     notes: list[str] = field(default_factory=list)
     corrections: int = 0
     ended: int = 0
+    # The state of each job as this cycle read it, to detect a change made meanwhile.
+    loaded: dict[int, str] = field(default_factory=dict)
+
+    def load(self, jobs: dict[int, Job]) -> dict[int, Job]:
+        for pk, job in jobs.items():
+            self.loaded[pk] = job.state
+        return jobs
 
     def touch(self, job: Job, *names: str) -> None:
         self.jobs[job.pk] = job
@@ -123,9 +130,28 @@ class _Changes:
         log.warning("allocation cycle correction: %s", note)
 
     def save(self) -> None:
-        """Write every touched job and every event: a constant number of statements."""
+        """Write every touched job and every event (a constant number of statements); call it
+        inside a transaction.
+
+        A job whose state changed since this cycle read it (a user cancelled it meanwhile) is
+        left as the user made it: the rows are locked and compared first. What the backend did
+        to such a job is repaired by the next cycle's sync (a cancelled job still running there
+        is cancelled).
+        """
         if self.jobs:
-            Job.objects.bulk_update(list(self.jobs.values()), sorted(self.fields), batch_size=1000)
+            now_states = dict(
+                Job.objects.select_for_update().filter(pk__in=list(self.jobs)).values_list("pk", "state")
+            )
+            stale = {pk for pk in self.jobs if now_states.get(pk) != self.loaded.get(pk, now_states.get(pk))}
+            for pk in stale:
+                self.notes.append(f"job {pk} changed to {now_states.get(pk)} during the cycle: left as it is")
+            rows = [job for pk, job in self.jobs.items() if pk not in stale]
+            if rows:
+                Job.objects.bulk_update(rows, sorted(self.fields), batch_size=1000)
+            self.events = [event for event in self.events if event.job_id not in stale]
+            for pk, job in self.jobs.items():
+                if pk not in stale:
+                    self.loaded[pk] = job.state
         if self.events:
             JobEvent.objects.bulk_create(self.events, batch_size=1000)
         self.jobs, self.fields, self.events = {}, set(), []
@@ -231,7 +257,9 @@ def _sync_jobs(backend: ClusterBackend, now: datetime, changes: _Changes, start_
             reported[job_pk(seen.job_id)] = seen
         except ValueError:  # not one of ours: a backend reports only jobs gpugov started
             changes.notes.append(f"backend job {seen.job_id!r} ({seen.external_id}) is not a gpugov job id")
-    jobs = {job.pk: job for job in Job.objects.filter(Q(state=JobState.RUNNING) | Q(pk__in=list(reported)))}
+    jobs = changes.load(
+        {job.pk: job for job in Job.objects.filter(Q(state=JobState.RUNNING) | Q(pk__in=list(reported)))}
+    )
     for pk, seen in reported.items():
         job = jobs.get(pk)
         alive = seen.state in (BackendJobState.RUNNING, BackendJobState.PENDING)
@@ -312,10 +340,14 @@ def _apply(
     """
     errors: list[str] = []
     wanted = {job_pk(p.job_id) for p in plan.preemptions} | {job_pk(s.job_id) for s in plan.starts}
-    jobs = {job.pk: job for job in Job.objects.filter(pk__in=wanted).select_related("team", "instance_type")}
+    jobs = changes.load(
+        {job.pk: job for job in Job.objects.filter(pk__in=wanted).select_related("team", "instance_type")}
+    )
     preempted = started = 0
     for preemption in plan.preemptions:
-        job = jobs[job_pk(preemption.job_id)]
+        job = jobs.get(job_pk(preemption.job_id))
+        if job is None or job.state != JobState.RUNNING:  # cancelled or deleted since the snapshot
+            continue
         try:
             backend.preempt(preemption.job_id)
         except PermanentBackendError as exc:
@@ -338,7 +370,10 @@ def _apply(
         _requeue(changes, job, now, preemption.reason, message)
         preempted += 1
     for start in plan.starts:
-        job = jobs[job_pk(start.job_id)]
+        job = jobs.get(job_pk(start.job_id))
+        # Pending now, or preempted a moment ago by this plan; anything else changed meanwhile.
+        if job is None or job.state != JobState.PENDING:
+            continue
         nodes = [[name, gpus] for name, gpus in start.nodes]
         try:
             external_id = backend.start(_spec(job), start.nodes)
@@ -362,7 +397,7 @@ def _apply(
 
 def _record_pending_reasons(plan: engine.Plan) -> int:
     """Write the reason of every job left pending, only where it changed (one SELECT and one
-    UPDATE per thousand changed rows, however many jobs are pending)."""
+    UPDATE per 5,000 changed rows, however many jobs are pending)."""
     current = Job.objects.filter(state=JobState.PENDING).values_list(
         "pk", "pending_reason_code", "pending_reason_message"
     )
@@ -388,7 +423,8 @@ def _write_pending_reasons(rows: list[Job]) -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor != "postgresql":
             cursor.executemany(
-                f"UPDATE {table} SET pending_reason_code = %s, pending_reason_message = %s WHERE id = %s",
+                f"UPDATE {table} SET pending_reason_code = %s, pending_reason_message = %s "
+                "WHERE id = %s AND state = 'pending'",
                 [(job.pending_reason_code, job.pending_reason_message, job.pk) for job in rows],
             )
             return
@@ -397,7 +433,7 @@ def _write_pending_reasons(rows: list[Job]) -> None:
             values = ", ".join(["(%s::bigint, %s, %s)"] * len(chunk))
             cursor.execute(
                 f"UPDATE {table} AS j SET pending_reason_code = v.code, pending_reason_message = v.message "
-                f"FROM (VALUES {values}) AS v(id, code, message) WHERE j.id = v.id",
+                f"FROM (VALUES {values}) AS v(id, code, message) WHERE j.id = v.id AND j.state = 'pending'",
                 [
                     value
                     for job in chunk

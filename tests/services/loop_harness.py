@@ -204,6 +204,15 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
     return {"queued": tasks.request_cycle(), "again": tasks.request_cycle()}
 
 
+def _cancel(args: argparse.Namespace) -> dict[str, Any]:
+    """Cancel a job through the self-service ``job_cancel``, as a user would."""
+    from allocations.models import Job
+    from allocations.services.jobs import job_cancel
+
+    job = job_cancel(user=None, job=Job.objects.get(name=args.name))
+    return {"pk": job.pk, "state": job.state}
+
+
 def _report(args: argparse.Namespace) -> dict[str, Any]:
     from allocations import models as m
 
@@ -247,6 +256,8 @@ def main() -> None:
     cycle.add_argument("--until", type=float, default=0.0)
     request = commands.add_parser("request")
     request.add_argument("--queue", default="")
+    cancel = commands.add_parser("cancel")
+    cancel.add_argument("--name", required=True)
     commands.add_parser("report")
     args = parser.parse_args()
 
@@ -257,6 +268,7 @@ def main() -> None:
         "seed": _seed,
         "seed-more": _seed_more,
         "cycle": _cycle,
+        "cancel": _cancel,
         "request": _request,
         "report": _report,
     }[args.command]

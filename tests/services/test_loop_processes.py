@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -97,17 +98,23 @@ def test_racing_workers_never_start_a_job_twice(harness: Harness) -> None:
     assert_every_job_accounted_for_once(report)
 
 
+def paused_cycle(harness: Harness, trigger: str, pause_s: int) -> subprocess.Popen[str]:
+    """A cycle in its own process, returned once it pauses after its backend calls."""
+    cycle = harness.popen(
+        "cycle", "--trigger", trigger, extra_env={PAUSE_BEFORE_APPLY_COMMIT_ENV: str(pause_s)}
+    )
+    assert cycle.stderr is not None
+    deadline = time.time() + 120
+    for line in cycle.stderr:
+        if PAUSE_BEFORE_APPLY_COMMIT_ENV in line:
+            return cycle
+        assert time.time() < deadline, "the cycle never reached the pause"
+    raise AssertionError(f"the cycle ended before the pause (exit {cycle.wait()})")
+
+
 def kill_while_paused_before_commit(harness: Harness) -> None:
     """Run a cycle that pauses after its backend calls and SIGKILL it right there."""
-    victim = harness.popen("cycle", "--trigger", "doomed", extra_env={PAUSE_BEFORE_APPLY_COMMIT_ENV: "120"})
-    assert victim.stderr is not None
-    deadline = time.time() + 120
-    for line in victim.stderr:
-        if PAUSE_BEFORE_APPLY_COMMIT_ENV in line:
-            break
-        assert time.time() < deadline, "the cycle never reached the pause"
-    else:
-        raise AssertionError(f"the cycle ended before the pause (exit {victim.wait()})")
+    victim = paused_cycle(harness, "doomed", 120)
     victim.send_signal(signal.SIGKILL)
     victim.wait(30)
     assert victim.returncode == -signal.SIGKILL
@@ -158,3 +165,22 @@ def test_a_worker_killed_after_preempting_and_starting_loses_nothing(harness: Ha
         assert "requeued" in jobs[pk]["events"], jobs[pk]
     assert_every_job_accounted_for_once(report)
     assert sum(gpus for job in report["jobs"] for _, gpus in job["nodes"]) == 16
+
+
+def test_a_job_cancelled_while_the_cycle_starts_it_stays_cancelled(harness: Harness) -> None:
+    harness.run("seed", "--nodes", "2", "--jobs", "2", "--gpus", "4", "--quota", "8")
+    cycle = paused_cycle(harness, "racing-a-cancel", 20)
+    # The backend already runs job-0; the user cancels it before the cycle writes that down.
+    assert harness.run("cancel", "--name", "job-0")["state"] == "cancelled"
+    _out, err = cycle.communicate(timeout=120)
+    assert cycle.returncode == 0, err[-3000:]
+
+    report = harness.run("report")
+    cancelled = next(job for job in report["jobs"] if job["state"] == "cancelled")
+    assert cancelled["events"] == ["cancelled"]  # no "started" written over the cancellation
+    assert any("during the cycle" in note for note in report["runs"][-1]["notes"])
+
+    harness.run("cycle", "--trigger", "next")  # stops it in the backend
+    report = harness.run("report")
+    assert report["backend"][str(cancelled["pk"])]["state"] == "cancelled"
+    assert_every_job_accounted_for_once(report)
