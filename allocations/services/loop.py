@@ -523,6 +523,9 @@ def _locked_cycle(cluster: Cluster, trigger: str) -> CycleRun:
     except BackendError as exc:
         errors.append(f"backend error: {exc}")
         _mark_backend(False, f"{cluster.backend_kind} backend: {exc}", now)
+    except Exception as exc:  # a bug or a database error: keep it visible on the Cycles page
+        log.exception("allocation cycle failed")
+        errors.append(f"cycle failed: {type(exc).__name__}: {exc}")
     run.record_ms = lap()
     run.ended, run.corrections, run.notes = changes.ended, changes.corrections, changes.notes[:200]
     run.errors = "\n".join(errors)
