@@ -316,13 +316,14 @@ def _jobs_by_team(week: Week, rows: Iterable[tuple[Any, ...]]) -> dict[int, Jobs
     suffered: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     caused: dict[int, int] = defaultdict(int)
     lost: dict[int, float] = defaultdict(float)
+    start, end = week.start, week.end  # properties that convert time zones: once, not per event
     job = None
     ready_at: datetime | None = None
     run_start: datetime | None = None
     for job_id, team_id, gpus, submitted_at, kind, at, reason, preemptor_team in rows:
         if job_id != job:
             job, ready_at, run_start = job_id, submitted_at, None
-        in_week = week.start <= at < week.end
+        in_week = start <= at < end
         if kind in (JobEventKind.SUBMITTED, JobEventKind.REQUEUED):
             ready_at = at
         elif kind == JobEventKind.STARTED:

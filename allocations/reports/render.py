@@ -25,6 +25,10 @@ from django.conf import settings
 from django.core.cache import cache
 
 log = logging.getLogger(__name__)
+# kaleido and choreographer log every tab and temporary file at INFO: a worker's log would be
+# mostly theirs. Their warnings and errors still get through.
+for _noisy in ("kaleido", "choreographer", "logistro"):
+    logging.getLogger(_noisy).setLevel(logging.WARNING)
 
 CACHE_PREFIX = "gpugov:report-png:"
 CACHE_SECONDS = 24 * 3600
