@@ -14,24 +14,24 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
+from django.db import connection
 from django.db.models import (
-    BigIntegerField,
     Case,
     Count,
     DurationField,
     ExpressionWrapper,
     F,
-    Func,
     IntegerField,
+    Max,
     Q,
     QuerySet,
     Sum,
     Value,
     When,
 )
-from django.db.models.functions import Mod
 
 from allocations.charts import WAIT_BINS, iso
 from allocations.models import (
@@ -109,33 +109,51 @@ def window_for(key: str, now: datetime) -> Window:
     return Window(key, start, end, source, step, step * factor)
 
 
-class Epoch(Func):
-    """Unix seconds (an integer) of a datetime column, on SQLite and PostgreSQL alike.
-
-    The dashboards group and return times as integers: parsing tens of thousands of
-    ``timestamptz`` values per request cost more than the query itself."""
-
-    output_field = BigIntegerField()
-
-    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        return super().as_sql(
-            compiler, connection, template="CAST(EXTRACT(EPOCH FROM %(expressions)s) AS bigint)"
-        )
-
-    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
-        # julianday() reads Django's stored text; day 2440587.5 is the Unix epoch.
-        template = "CAST(ROUND((julianday(%(expressions)s) - 2440587.5) * 86400) AS INTEGER)"
-        return super().as_sql(compiler, connection, template=template)
+# Unix seconds of a datetime column, per database: the points are computed as integers
+# (parsing tens of thousands of timestamps per request cost more than the query itself).
+EPOCH_SQL = {
+    "postgresql": "CAST(EXTRACT(EPOCH FROM {column}) AS bigint)",
+    # julianday() reads Django's stored text; day 2440587.5 is the Unix epoch.
+    "sqlite": "CAST(ROUND((julianday({column}) - 2440587.5) * 86400) AS INTEGER)",
+}
 
 
-def _bucket(window: Window, column: str) -> Any:
-    """The start of a row's plotted point, in Unix seconds, computed in SQL (aligned on the
-    epoch), so that merged points cost the database a GROUP BY and Python nothing."""
-    epoch = Epoch(F(column))
+def _time_column(window: Window) -> str:
+    return "minute" if window.source == "minute" else "start"
+
+
+def _per_point(
+    window: Window, inner: QuerySet[Any], group: Sequence[str], sums: Sequence[str], *, count: str = ""
+) -> list[tuple[Any, ...]]:
+    """Rows ``(t, *group, *sums[, count])`` per plotted point, ``t`` its start in Unix seconds.
+
+    ``inner`` is grouped by the table's own time column (and ``group``), which the database
+    does cheaply on the raw column; this wraps it in an outer query that turns each time into
+    seconds, aligns it on the window's bucket (merging hours into 2-hour points, ...), sums
+    ``sums`` and, with ``count``, counts the inner rows (the minutes sampled) as ``count``.
+    """
+    quote = connection.ops.quote_name
+    sql, params = inner.query.sql_with_params()
+    epoch = EPOCH_SQL[connection.vendor].format(column=f"sub.{quote(_time_column(window))}")
     width = int(window.bucket.total_seconds())
-    if window.bucket == window.step:
-        return epoch
-    return ExpressionWrapper(epoch - Mod(epoch, Value(width)), output_field=BigIntegerField())
+    point = epoch if window.bucket == window.step else f"(({epoch}) / {width}) * {width}"
+    columns = [f"sub.{quote(g)}" for g in group]
+    positions = ", ".join(str(i) for i in range(1, len(group) + 2))
+    if window.bucket == window.step and not count:
+        # One inner row per point already: no second aggregation.
+        values = [f"sub.{quote(c)}" for c in sums]
+        outer = f"SELECT {', '.join([point, *columns, *values])} FROM ({sql}) sub ORDER BY {positions}"
+    else:
+        aggregates = [f"SUM(sub.{quote(c)})" for c in sums] + (["COUNT(*)"] if count else [])
+        outer = (
+            f"SELECT {', '.join([point, *columns, *aggregates])} FROM ({sql}) sub "
+            f"GROUP BY {positions} ORDER BY {positions}"
+        )
+    with connection.cursor() as cursor:
+        cursor.execute(outer, params)
+        rows = cursor.fetchall()
+    # PostgreSQL sums bigints as numeric: plain floats for the arithmetic and the JSON.
+    return [tuple(float(v) if isinstance(v, Decimal) else v for v in row) for row in rows]
 
 
 class TimeAxis:
@@ -154,36 +172,18 @@ class TimeAxis:
 # --- Table access: the same questions of the minute table and of the rollups ----------------
 def _capacity_rows(window: Window) -> QuerySet[Any]:
     if window.source == "minute":
-        rows = CapacityMinute.objects.filter(minute__gt=window.start, minute__lte=window.end)
-        return rows.annotate(t=_bucket(window, "minute"))
-    rows = CapacityRollup.objects.filter(period=window.source, start__gt=window.start, start__lte=window.end)
-    return rows.annotate(t=_bucket(window, "start"))
+        return CapacityMinute.objects.filter(minute__gt=window.start, minute__lte=window.end)
+    return CapacityRollup.objects.filter(period=window.source, start__gt=window.start, start__lte=window.end)
 
 
 def _team_rows(window: Window) -> QuerySet[Any]:
     if window.source == "minute":
-        rows = TeamUsageMinute.objects.filter(minute__gt=window.start, minute__lte=window.end)
-        return rows.annotate(t=_bucket(window, "minute"))
-    rows = TeamUsageRollup.objects.filter(period=window.source, start__gt=window.start, start__lte=window.end)
-    return rows.annotate(t=_bucket(window, "start"))
+        return TeamUsageMinute.objects.filter(minute__gt=window.start, minute__lte=window.end)
+    return TeamUsageRollup.objects.filter(period=window.source, start__gt=window.start, start__lte=window.end)
 
 
 def _sum(window: Window, minute_field: str, rollup_field: str) -> Sum:
     return Sum(minute_field if window.source == "minute" else rollup_field)
-
-
-def _samples(window: Window) -> dict[str, Any]:
-    """Aggregates giving the minutes sampled in a point: distinct minutes; or, on rollups, the
-    minutes of every instance type divided by the number of types (each is sampled alike)."""
-    if window.source == "minute":
-        return {"samples": Count("minute", distinct=True)}
-    return {"type_minutes": Sum("minutes"), "types": Count("instance_type_id", distinct=True)}
-
-
-def _sample_count(row: Mapping[str, Any]) -> int:
-    if "samples" in row:
-        return int(row["samples"])
-    return int(row["type_minutes"]) // max(1, int(row["types"]))
 
 
 def _filtered(
@@ -194,6 +194,17 @@ def _filtered(
     if team_ids:
         qs = qs.filter(team_id__in=team_ids)
     return qs
+
+
+def _sampled(
+    window: Window, inner: QuerySet[Any], group: Sequence[str], sums: Sequence[str]
+) -> list[tuple[Any, ...]]:
+    """``_per_point`` over capacity rows, with the minutes sampled as the last column: the
+    count of distinct minutes; on rollups, the sum of each period's ``minutes`` (the same for
+    every instance type of a period, so its maximum)."""
+    if window.source == "minute":
+        return _per_point(window, inner, group, sums, count="samples")
+    return _per_point(window, inner.annotate(samples=Max("minutes")), group, [*sums, "samples"])
 
 
 # --- Cluster -------------------------------------------------------------------------------
@@ -210,17 +221,18 @@ def capacity_points(window: Window, instance_type_ids: Sequence[int] | None = No
     """Per point: average capacity, allocated, idle, pending and idle-while-waiting GPUs, ``t``
     (Unix seconds), ``at`` (ISO) and ``samples`` (minutes sampled). One query."""
     axis = TimeAxis()
-    rows = (
+    inner = (
         _filtered(_capacity_rows(window), instance_type_ids)
-        .values("t")
-        .annotate(**_samples(window), **{k: _sum(window, *cols) for k, cols in CAPACITY_COLUMNS.items()})
-        .order_by("t")
+        .values(_time_column(window))
+        .annotate(**{k: _sum(window, *cols) for k, cols in CAPACITY_COLUMNS.items()})
+        .order_by()
     )
     points = []
-    for row in rows:
-        n = _sample_count(row)
-        point = {"t": row["t"], "at": axis(row["t"]), "samples": n}
-        point.update({key: (row[key] or 0) / n for key in CAPACITY_COLUMNS})
+    for t, *values, samples in _sampled(window, inner, [], list(CAPACITY_COLUMNS)):
+        point: dict[str, Any] = {"t": t, "at": axis(t), "samples": samples}
+        point.update(
+            {key: (value or 0) / samples for key, value in zip(CAPACITY_COLUMNS, values, strict=True)}
+        )
         points.append(point)
     return points
 
@@ -275,17 +287,18 @@ def stacked_usage(
         default=Value(0),
         output_field=IntegerField(),
     )
-    rows = (
+    preempted_columns = list(PREEMPTION_FIELDS.values())
+    inner = (
         _filtered(_team_rows(window), instance_type_ids, team_ids)
         .annotate(series=series)
-        .values("t", "series")
+        .values(_time_column(window), "series")
         .annotate(
             used=_sum(window, "used", "used_gpu_minutes"),
-            **{column: Sum(column) for column in PREEMPTION_FIELDS.values()},
+            **{column: Sum(column) for column in preempted_columns},
         )
         .order_by()
-        .values_list("t", "series", "used", *PREEMPTION_FIELDS.values())
     )
+    rows = _per_point(window, inner, ["series"], ["used", *preempted_columns])
     names = [*top.values()] + ([OTHER_TEAMS] if len(ranked) > TOP_TEAMS else [])
     used: dict[tuple[int, str], float] = {}
     preempted: dict[tuple[int, str], int] = defaultdict(int)
@@ -325,8 +338,13 @@ def sample_counts(window: Window) -> list[dict[str, Any]]:
     """Minutes sampled per point (one query): the time axis and denominators of a team's
     averages, as ``{"t", "at", "samples"}``."""
     axis = TimeAxis()
-    rows = _capacity_rows(window).values("t").annotate(**_samples(window)).order_by("t")
-    return [{"t": row["t"], "at": axis(row["t"]), "samples": _sample_count(row)} for row in rows]
+    inner = _capacity_rows(window).values(_time_column(window))
+    if window.source == "minute":
+        inner = inner.annotate(types=Count("id"))
+    return [
+        {"t": t, "at": axis(t), "samples": samples}
+        for t, *_, samples in _sampled(window, inner.order_by(), [], [])
+    ]
 
 
 def team_points(
@@ -337,24 +355,28 @@ def team_points(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """One team per point: average quota, used, borrowed, lent, pending GPUs and job counts;
     and its preemptions by reason. One query."""
-    rows = (
+    preempted_columns = list(PREEMPTION_FIELDS.values())
+    inner = (
         _filtered(_team_rows(window), instance_type_ids, [team_id])
-        .values("t")
+        .values(_time_column(window))
         .annotate(
             **{k: _sum(window, *cols) for k, cols in TEAM_COLUMNS.items()},
-            **{column: Sum(column) for column in PREEMPTION_FIELDS.values()},
+            **{column: Sum(column) for column in preempted_columns},
         )
-        .order_by("t")
+        .order_by()
     )
-    sums = {row["t"]: row for row in rows}
-    zero = dict.fromkeys(TEAM_COLUMNS, 0)
+    columns = [*TEAM_COLUMNS, *preempted_columns]
+    sums = {
+        t: dict(zip(columns, values, strict=True)) for t, *values in _per_point(window, inner, [], columns)
+    }
+    zero = dict.fromkeys(columns, 0)
     points = []
     preemptions = []
     for p in samples:
         row = sums.get(p["t"], zero)
         points.append({"at": p["at"], **{key: (row[key] or 0) / p["samples"] for key in TEAM_COLUMNS}})
         for reason, column in PREEMPTION_FIELDS.items():
-            if row.get(column):
+            if row[column]:
                 preemptions.append({"at": p["at"], "reason": reason, "preemptions": row[column]})
     return points, preemptions
 
