@@ -9,14 +9,14 @@ from django.urls import reverse
 from allocations.models import CycleRun
 from allocations.services.loop import run_allocation_cycle
 from tests import factories as f
-from tests.conftest import PASSWORD, Personas
+from tests.conftest import Personas
 
 pytestmark = pytest.mark.django_db
 
 
 def client_for(user: object) -> Client:
     client = Client()
-    assert client.login(username=user.username, password=PASSWORD)  # type: ignore[attr-defined]
+    client.force_login(user)  # type: ignore[arg-type]
     return client
 
 
