@@ -16,6 +16,7 @@ from django.http import HttpRequest
 
 from allocations.forms import policy as forms
 from allocations.models import (
+    ApiToken,
     AuditEntry,
     Cluster,
     ClusterPolicy,
@@ -204,3 +205,20 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     ]
     list_filter = ["action", "object_type"]
     search_fields = ["object_repr", "actor_name", "field"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """API tokens: listed by their key's first characters (the key itself is not stored) and
+    deleted to revoke them; they are made through ``POST /api/v1/auth/token/``, never here."""
+
+    list_display = ["prefix", "user", "created_at", "last_used_at"]
+    list_select_related = ["user"]
+    search_fields = ["user__username", "prefix"]
+    readonly_fields = ["user", "prefix", "created_at", "last_used_at"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

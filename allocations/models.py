@@ -712,3 +712,30 @@ class WhatIfRun(models.Model):
 
     def __str__(self) -> str:
         return f"what-if run {self.pk} ({self.state})"
+
+
+# --- API tokens (security: keys stored hashed) -------------------------------------------------
+class ApiToken(models.Model):
+    """A key for ``Authorization: Token <key>``, stored only as its SHA-256 hex digest.
+
+    The key itself is shown once, when the token is made (``POST /api/v1/auth/token/``); a
+    copy of the database is therefore no list of working keys. ``prefix`` (the key's first
+    characters) lets an administrator tell tokens apart in the admin without the key.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    key_hash = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(max_length=8, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(key_hash__regex=r"^[0-9a-f]{64}$"), name="api_token_key_hash_hex"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"

@@ -15,14 +15,16 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
-from rest_framework import mixins, permissions, status, viewsets
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
+from rest_framework import mixins, permissions, serializers, status, viewsets
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from allocations import access
 from allocations.choices import JobEventKind, JobState
@@ -45,6 +47,7 @@ from allocations.services import jobs as job_services
 from allocations.services import policy as policy_services
 
 from . import serializers as s
+from .auth import HashedTokenAuthentication, token_create
 
 
 class CanReadCluster(permissions.BasePermission):
@@ -58,7 +61,7 @@ class ApiView:
     """Mixin of every API view: token first, so an anonymous request answers 401 with
     ``WWW-Authenticate: Token`` (session auth alone would answer 403)."""
 
-    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    authentication_classes = [HashedTokenAuthentication, SessionAuthentication]
     permission_classes = [permissions.IsAuthenticated]
 
 
@@ -495,3 +498,24 @@ class MembershipViewSet(ApiView, viewsets.ModelViewSet):  # type: ignore[type-ar
         except DjangoValidationError as exc:
             _raise_400(exc)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ObtainTokenView(APIView):
+    """``POST /api/v1/auth/token/`` with a username and password: a new token, its key shown
+    this once. Each call makes another token (the old ones stay valid until an administrator
+    deletes them in the admin, *API tokens*). Failed attempts count towards django-axes'
+    lockout exactly like the login page's."""
+
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+    serializer_class = AuthTokenSerializer
+
+    @extend_schema(
+        request=AuthTokenSerializer,
+        responses={200: inline_serializer("TokenCreated", {"token": serializers.CharField()})},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = AuthTokenSerializer(data=request.data, context={"request": request})
+        serializer.is_valid(raise_exception=True)
+        _, key = token_create(user=serializer.validated_data["user"])
+        return Response({"token": key})

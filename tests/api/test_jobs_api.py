@@ -3,17 +3,17 @@ cancel/resubmit, events, token auth, and query counts that do not grow with the 
 
 from __future__ import annotations
 
+import hashlib
 from datetime import timedelta
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from allocations.choices import JobEventKind, JobState
-from allocations.models import Job, JobEvent
+from allocations.models import ApiToken, Job, JobEvent
 from tests import factories as f
 from tests.conftest import PASSWORD
 
@@ -208,7 +208,9 @@ def test_token_auth(personas):
     response = client.post("/api/v1/auth/token/", {"username": "bob", "password": PASSWORD}, format="json")
     assert response.status_code == 200
     token = response.json()["token"]
-    assert Token.objects.get(user=personas.member).key == token
+    stored = ApiToken.objects.get(user=personas.member)
+    assert stored.key_hash == hashlib.sha256(token.encode()).hexdigest()  # the key itself is not kept
+    assert token not in (stored.key_hash, stored.prefix)
     client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     assert client.get("/api/v1/teams/").json()["results"][0]["name"] == "team-a"
     client.credentials(HTTP_AUTHORIZATION="Token wrong")
