@@ -42,6 +42,14 @@ def recorded(personas: Any, settings: Any) -> Any:
     return personas
 
 
+def _watch_console(page: Any) -> list[str]:
+    """Errors the page logs (a script refused by the Content-Security-Policy shows up here)."""
+    errors: list[str] = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    return errors
+
+
 def _charts_have_data(page: Any, keys: list[str]) -> None:
     for key in keys:
         chart = page.locator(f"#chart-{key}.js-plotly-plot")
@@ -57,6 +65,7 @@ def _switch_range(page: Any, key: str) -> None:
 
 
 def test_the_cluster_dashboard_draws_every_chart_and_switches_range(live_server, page, recorded) -> None:  # type: ignore[no-untyped-def]
+    errors = _watch_console(page)
     login(page, live_server, recorded.cluster_admin)
     page.goto(f"{live_server.url}/dashboards/cluster/?range=1d")
     _charts_have_data(page, CLUSTER_CHARTS)
@@ -68,9 +77,11 @@ def test_the_cluster_dashboard_draws_every_chart_and_switches_range(live_server,
     csv_href = page.get_attribute("#section-capacity .csv-link", "href")
     assert csv_href.endswith("/dashboards/cluster/capacity.csv?range=30d")
     assert page.request.get(f"{live_server.url}{csv_href}").text().startswith("time,series,gpus\n")
+    assert errors == []
 
 
 def test_a_member_sees_their_teams_dashboard_drawn(live_server, page, recorded) -> None:  # type: ignore[no-untyped-def]
+    errors = _watch_console(page)
     login(page, live_server, recorded.member)
     page.goto(f"{live_server.url}/dashboards/")
     page.click("text=Team A")
@@ -79,5 +90,6 @@ def test_a_member_sees_their_teams_dashboard_drawn(live_server, page, recorded) 
     _switch_range(page, "1y")
     page.wait_for_function("() => document.querySelector('#dashboard-status').textContent.includes('day')")
     _charts_have_data(page, TEAM_CHARTS)
+    assert errors == []
     # The other team's dashboard does not exist for this member.
     assert page.goto(f"{live_server.url}/dashboards/teams/team-b/").status == 404
