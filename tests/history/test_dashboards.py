@@ -220,30 +220,59 @@ def test_query_count_does_not_depend_on_the_range(recorded, dashboard: str) -> N
     ("key", "source", "bucket"),
     [
         ("1h", "minute", timedelta(minutes=1)),
-        ("1d", "minute", timedelta(minutes=1)),
+        ("6h", "minute", timedelta(minutes=1)),
+        ("1d", "minute", timedelta(minutes=3)),  # 1440 minutes: 480 points
         ("7d", "hour", timedelta(hours=1)),
-        ("30d", "hour", timedelta(hours=1)),
-        ("90d", "hour", timedelta(hours=2)),  # 2160 hours: merged in pairs
+        ("30d", "hour", timedelta(hours=2)),
+        ("90d", "hour", timedelta(hours=5)),  # 2160 hours: 432 points
         ("1y", "day", timedelta(days=1)),
     ],
 )
-def test_every_range_stays_under_2000_points_per_series(key: str, source: str, bucket: timedelta) -> None:
+def test_every_range_stays_well_under_2000_points_per_series(
+    key: str, source: str, bucket: timedelta
+) -> None:
     window = selectors.window_for(key, datetime(2026, 11, 29, 16, 41, 7, tzinfo=UTC))
     assert (window.source, window.bucket) == (source, bucket)
-    assert (window.end - window.start) / window.bucket <= selectors.MAX_POINTS
+    assert (window.end - window.start) / window.bucket <= selectors.MAX_POINTS <= 2000
 
 
-def test_a_90_day_range_merges_hours_into_2_hour_points(personas) -> None:  # type: ignore[no-untyped-def]
+def test_a_90_day_range_merges_hours_into_5_hour_points(personas) -> None:  # type: ignore[no-untyped-def]
     now = timezone.now()
-    for hours_ago in range(6):
+    for hours_ago in range(12):
         history.history_sample(now=now - timedelta(hours=hours_ago))
-    history.history_rollup(now=now - timedelta(hours=6))
+    history.history_rollup(now=now - timedelta(hours=12))
     history.history_rollup(now=now)
     window = selectors.window_for("90d", now)
     points = selectors.capacity_points(window)
-    assert 3 <= len(points) <= 4  # 6 hourly samples in 2-hour buckets
-    assert sum(p["samples"] for p in points) == 6
+    assert 3 <= len(points) <= 4  # 12 hourly samples in 5-hour points aligned on the epoch
+    assert sum(p["samples"] for p in points) == 12
     assert all(p["capacity"] == 16 for p in points)
+    assert all(p["t"] % (5 * 3600) == 0 for p in points)
+
+
+def test_a_day_merges_minutes_into_3_minute_averages(personas) -> None:  # type: ignore[no-untyped-def]
+    """Two of three minutes with 12 GPUs used, one with none: the point averages 8."""
+    from tests import factories as f
+
+    now = timezone.now().replace(second=0, microsecond=0)
+    start = now - timedelta(minutes=(int(now.timestamp()) // 60) % 3 + 3)  # a point's first minute
+    history.history_sample(now=start)
+    f.make_job(
+        personas.other_team,
+        personas.instance_type,
+        12,
+        state=JobState.RUNNING,
+        submitted_at=start,
+        started_at=start,
+        nodes=[[personas.nodes[0].name, 8], [personas.nodes[1].name, 4]],
+    )
+    history.history_sample(now=start + timedelta(minutes=1))
+    history.history_sample(now=start + timedelta(minutes=2))
+    window = selectors.window_for("1d", now)
+    (point,) = [p for p in selectors.capacity_points(window) if p["t"] == int(start.timestamp())]
+    assert (point["samples"], point["allocated"], point["idle"]) == (3, 8, 8)
+    usage, _ = selectors.stacked_usage(window, selectors.team_totals(window), [point])
+    assert {u["team"]: u["used"] for u in usage} == {"team-b": 8, "team-a": 0}
 
 
 def test_plotly_js_is_served_locally_and_cached(client) -> None:  # type: ignore[no-untyped-def]
