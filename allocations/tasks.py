@@ -39,7 +39,9 @@ def request_cycle() -> bool:
     if not cache.add(REQUEST_DEBOUNCE_KEY, 1, timeout=REQUEST_WINDOW_S):
         return False
     try:
-        run_cycle.apply_async(kwargs={"trigger": "request"}, countdown=REQUEST_WINDOW_S)
+        # A request nobody picked up within a minute is superseded by beat's ticks: drop it
+        # rather than run a backlog of cycles when a worker comes back.
+        run_cycle.apply_async(kwargs={"trigger": "request"}, countdown=REQUEST_WINDOW_S, expires=60)
     except Exception:  # the broker is down: beat will run the cycle when it is back
         log.exception("could not queue an allocation cycle; the next scheduled one will run")
         return False
