@@ -59,10 +59,13 @@ def main() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpugov_site.settings.base")
     os.environ["PYTHONUNBUFFERED"] = "1"
 
-    def on_sigterm(signum: int, frame: object) -> None:
+    def on_signal(signum: int, frame: object) -> None:
         raise Stop
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+    # SIGINT explicitly too: a shell that starts this in the background leaves SIGINT ignored,
+    # and Python then never raises KeyboardInterrupt.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
     python = sys.executable
     celery = str(Path(python).with_name("celery"))
     runserver = [python, "manage.py", "runserver", f"{args.host}:{args.port}"]
@@ -96,7 +99,9 @@ def main() -> int:
     except (KeyboardInterrupt, Stop):
         pass
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the clean-up
+        # A second Ctrl-C or SIGTERM must not cut the clean-up short.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         _stop(children)
         print("run_dev: stopped", flush=True)
     return status
