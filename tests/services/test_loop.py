@@ -321,3 +321,23 @@ def test_cycle_query_count_does_not_grow_with_the_pending_jobs(personas: Persona
         run = cycle()
     assert run.pending == 43
     assert len(few) == len(many)
+
+
+def test_a_failed_node_fails_its_jobs_and_takes_its_capacity_away(personas: Personas) -> None:
+    job = submit(personas, "team-a", 8)
+    cycle()
+    # 60 failures per node per hour: in the simulated cluster every node fails this minute.
+    Cluster.objects.filter(pk=1).update(backend_settings={"node_failure_rate": 60, "seed": 3})
+    waiting = submit(personas, "team-b", 8)
+
+    run = cycle()
+
+    job.refresh_from_db()
+    waiting.refresh_from_db()
+    assert job.state == "failed" and job.finished_at is not None
+    failed = JobEvent.objects.get(job=job, kind="failed")
+    assert "failed" in failed.message and failed.nodes
+    assert set(Node.objects.values_list("state", flat=True)) == {"down"}
+    assert (waiting.state, waiting.pending_reason_code) == ("pending", "capacity-lost")
+    assert "16 GPUs on nodes not ready" in waiting.pending_reason_message
+    assert run.ended == 1
