@@ -111,15 +111,14 @@ def capacity_chart(capacity: Iterable[Mapping[str, Any]], team_usage: Iterable[M
     """Capacity, allocated (stacked by team) and idle GPUs over time.
 
     ``capacity``: rows with ``at``, ``capacity``, ``idle``; ``team_usage``: rows with ``at``,
-    ``team``, ``used``. The teams' areas stack up to the allocated GPUs.
+    ``team``, ``used``, grouped by team. The teams' areas stack up to the allocated GPUs.
     """
     rows: list[Row] = []
     for point in capacity:
         rows.append((iso(point["at"]), "capacity", gpus(point["capacity"])))
         rows.append((iso(point["at"]), "idle", gpus(point["idle"])))
-    team_rows = [(iso(p["at"]), f"team {p['team']}", gpus(p["used"])) for p in team_usage]
-    team_rows.sort(key=lambda r: (r[1], r[0]))
-    rows.extend(team_rows)
+    # Teams stack in the order given (the selectors give the biggest users first).
+    rows.extend((iso(p["at"]), f"team {p['team']}", gpus(p["used"])) for p in team_usage)
     traces: list[dict[str, Any]] = []
     for name, (xs, ys) in _long_series(rows).items():
         if name.startswith("team "):

@@ -10,7 +10,6 @@ Every function runs a fixed number of queries, whatever the range or the number 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -275,12 +274,15 @@ def stacked_usage(
     points: Sequence[Mapping[str, Any]],
     instance_type_ids: Sequence[int] | None = None,
     team_ids: Sequence[int] | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """GPUs used per point by each of the ``TOP_TEAMS`` biggest users (the rest summed as
-    "other teams"), and preemptions per point by reason. One query.
+) -> list[dict[str, Any]]:
+    """GPUs used per point by each of the ``TOP_TEAMS`` biggest users, the rest summed as
+    "other teams". One query.
 
     ``totals`` are ``team_totals`` of the same window; ``points`` its ``capacity_points``,
-    whose sample counts are the denominators of the averages (zeros filled in).
+    whose sample counts are the denominators of the averages (zeros filled in). Only the top
+    teams' rows are read (through the team-and-minute index): "other teams" is the point's
+    allocated GPUs minus theirs, since one snapshot wrote both. With a team filter, the chosen
+    teams' rows are read and the ones beyond the top are summed instead.
     """
     ranked = sorted(totals, key=lambda t: (-t["used_gpu_hours"], t["team"]))
     top = {t["team_id"]: t["team"] for t in ranked[:TOP_TEAMS]}
@@ -289,39 +291,59 @@ def stacked_usage(
         default=Value(0),
         output_field=IntegerField(),
     )
-    preempted_columns = list(PREEMPTION_FIELDS.values())
     inner = (
-        _filtered(_team_rows(window), instance_type_ids, team_ids)
+        _filtered(_team_rows(window), instance_type_ids, team_ids or list(top) or [0])
         .annotate(series=series)
         .values(_time_column(window), "series")
-        .annotate(
-            used=_sum(window, "used", "used_gpu_minutes"),
-            **{column: Sum(column) for column in preempted_columns},
-        )
+        .annotate(used=_sum(window, "used", "used_gpu_minutes"))
         .order_by()
     )
-    rows = _per_point(window, inner, ["series"], ["used", *preempted_columns])
-    names = [*top.values()] + ([OTHER_TEAMS] if len(ranked) > TOP_TEAMS else [])
     used: dict[tuple[int, str], float] = {}
-    preempted: dict[tuple[int, str], int] = defaultdict(int)
-    reasons = list(PREEMPTION_FIELDS)
-    for t, team_id, gpu_minutes, *counts in rows:
+    for t, team_id, gpu_minutes in _per_point(window, inner, ["series"], ["used"]):
         key = (t, top.get(team_id, OTHER_TEAMS))
         used[key] = used.get(key, 0.0) + (gpu_minutes or 0)
-        for reason, count in zip(reasons, counts, strict=True):
-            if count:
-                preempted[(t, reason)] += count
     usage = [
         {"at": p["at"], "team": name, "used": used.get((p["t"], name), 0.0) / p["samples"]}
-        for name in names
+        for name in top.values()
         for p in points
     ]
+    if len(ranked) > TOP_TEAMS:
+        for p in points:
+            if team_ids:
+                others = used.get((p["t"], OTHER_TEAMS), 0.0) / p["samples"]
+            else:
+                shown = sum(used.get((p["t"], name), 0.0) for name in top.values()) / p["samples"]
+                others = max(0.0, p["allocated"] - shown)  # never below 0 from float rounding
+            usage.append({"at": p["at"], "team": OTHER_TEAMS, "used": others})
+    return usage
+
+
+def preemption_points(
+    window: Window,
+    points: Sequence[Mapping[str, Any]],
+    instance_type_ids: Sequence[int] | None = None,
+    team_ids: Sequence[int] | None = None,
+) -> list[dict[str, Any]]:
+    """Preemptions per point by reason, of all teams (or the chosen ones). One query, over
+    the rows that counted any (most rows count none)."""
+    columns = list(PREEMPTION_FIELDS.values())
+    any_preempted = Q()
+    for column in columns:
+        any_preempted |= Q(**{f"{column}__gt": 0})
+    inner = (
+        _filtered(_team_rows(window), instance_type_ids, team_ids)
+        .filter(any_preempted)
+        .values(_time_column(window))
+        .annotate(**{column: Sum(column) for column in columns})
+        .order_by()
+    )
     axis = {p["t"]: p["at"] for p in points}
-    preemptions = [
+    return [
         {"at": axis.get(t) or iso(datetime.fromtimestamp(t, tz=UTC)), "reason": reason, "preemptions": count}
-        for (t, reason), count in sorted(preempted.items())
+        for t, *counts in _per_point(window, inner, [], columns)
+        for reason, count in zip(PREEMPTION_FIELDS, counts, strict=True)
+        if count
     ]
-    return usage, preemptions
 
 
 # --- One team ------------------------------------------------------------------------------

@@ -99,11 +99,12 @@ def parse_filters(request: HttpRequest, *, team_choices: Sequence[Team] = ()) ->
 
 # --- What each dashboard shows -------------------------------------------------------------
 def cluster_charts(filters: Filters) -> list[Chart]:
-    """The cluster dashboard's charts (four queries, whatever the range)."""
+    """The cluster dashboard's charts (five queries, whatever the range)."""
     window, type_ids, team_ids = filters.window, filters.instance_type_ids, filters.team_ids
     capacity = history.capacity_points(window, type_ids)
     totals = history.team_totals(window, type_ids, team_ids)
-    usage, preemptions = history.stacked_usage(window, totals, capacity, type_ids, team_ids)
+    usage = history.stacked_usage(window, totals, capacity, type_ids, team_ids)
+    preemptions = history.preemption_points(window, capacity, type_ids, team_ids)
     return [
         charts.capacity_chart(capacity, usage),
         charts.idle_while_waiting_chart(capacity),

@@ -271,7 +271,7 @@ def test_a_day_merges_minutes_into_3_minute_averages(personas) -> None:  # type:
     window = selectors.window_for("1d", now)
     (point,) = [p for p in selectors.capacity_points(window) if p["t"] == int(start.timestamp())]
     assert (point["samples"], point["allocated"], point["idle"]) == (3, 8, 8)
-    usage, _ = selectors.stacked_usage(window, selectors.team_totals(window), [point])
+    usage = selectors.stacked_usage(window, selectors.team_totals(window), [point])
     assert {u["team"]: u["used"] for u in usage} == {"team-b": 8, "team-a": 0}
 
 
@@ -280,3 +280,39 @@ def test_plotly_js_is_served_locally_and_cached(client) -> None:  # type: ignore
     assert response.status_code == 200
     assert "immutable" in response["Cache-Control"]
     assert b"plotly" in b"".join(response.streaming_content)[:2000].lower()
+
+
+def test_beyond_ten_teams_the_rest_are_stacked_as_other_teams(personas) -> None:  # type: ignore[no-untyped-def]
+    """Twelve teams run 1 GPU each: the top ten (ties by name) are drawn, the other two (and
+    the idle team-a and team-b) make up 2 GPUs of "other teams"; a team filter shows its own."""
+    from tests import factories as f
+
+    now = timezone.now()
+    node = personas.nodes[0].name
+    for k in range(1, 13):
+        team = f.make_team(f"t{k:02d}", {personas.instance_type: 1})
+        f.make_job(
+            team,
+            personas.instance_type,
+            1,
+            state=JobState.RUNNING,
+            submitted_at=now,
+            started_at=now,
+            nodes=[[node, 1]],
+        )
+    history.history_sample(now=now)
+    client = _client(personas.cluster_admin)
+    data = client.get(reverse("allocations:dashboard_cluster_data"), {"range": "1h"}).json()
+    capacity = {t["name"]: t["y"] for t in data["charts"][0]["figure"]["data"]}
+    assert [name for name in capacity if name not in ("capacity", "idle")] == [
+        *(f"t{k:02d}" for k in range(1, 11)),
+        "other teams",
+    ]
+    assert capacity["other teams"] == [2.0] and capacity["t01"] == [1.0]
+    chosen = client.get(
+        reverse("allocations:dashboard_cluster_data"), {"range": "1h", "team": ["t11", "t12"]}
+    ).json()
+    teams = [
+        t["name"] for t in chosen["charts"][0]["figure"]["data"] if t["name"] not in ("capacity", "idle")
+    ]
+    assert teams == ["t11", "t12"]
