@@ -34,7 +34,9 @@ def page() -> Any:
         browser.close()
 
 
-def test_preview_draws_the_charts_and_the_unsubscribe_link_works(live_server, page, week_of_history, smtp):
+def test_preview_draws_the_charts_and_the_unsubscribe_link_works(
+    transactional_db, live_server, page, week_of_history, smtp
+):
     require_service(Path("/usr/bin/chromium").exists(), "chromium (renders the report charts)")
     login(page, live_server, week_of_history.member)
     page.goto(f"{live_server.url}/reports/2026-W47/teams/team-a/")
