@@ -688,6 +688,9 @@ class WhatIfRun(models.Model):
     drafts = models.ManyToManyField(PolicyDraft, related_name="runs", blank=True)
     window_start = models.DateTimeField()
     window_end = models.DateTimeField()
+    time_step = models.PositiveIntegerField(
+        default=60, help_text="Seconds: submits, run times and events are put on this grid (0: exact)"
+    )
     state = models.CharField(max_length=16, choices=WhatIfRunState.choices, default=WhatIfRunState.QUEUED)
     progress = models.FloatField(default=0, help_text="0 to 1")
     progress_message = models.CharField(max_length=200, blank=True)

@@ -25,6 +25,9 @@ from allocations.whatif.runs import LIVE
 MIN_WINDOW_S = 3600
 MAX_WINDOW_S = 366 * 86400
 MAX_DRAFTS_PER_RUN = 5
+# Seconds of the grid a run's scenario is put on (0: exact times); see whatif.history.build.
+DEFAULT_TIME_STEP_S = 60
+MAX_TIME_STEP_S = 3600
 
 
 def _check_name(name: Any, current: PolicyDraft | None = None) -> str:
@@ -100,10 +103,16 @@ def draft_apply(*, actor: Any, draft: PolicyDraft) -> list[interop.Change]:
 
 # --- What-if runs --------------------------------------------------------------------------------
 def whatif_run_create(
-    *, actor: Any, drafts: Iterable[PolicyDraft], window_start: datetime, window_end: datetime
+    *,
+    actor: Any,
+    drafts: Iterable[PolicyDraft],
+    window_start: datetime,
+    window_end: datetime,
+    time_step: int = DEFAULT_TIME_STEP_S,
 ) -> WhatIfRun:
-    """Ask for a replay of [window_start, window_end) under the live policy and each draft;
-    the Celery task is queued once the run is committed."""
+    """Ask for a replay of [window_start, window_end) under the live policy and each draft, on
+    a grid of ``time_step`` seconds (``whatif.history.build``); the Celery task is queued once
+    the run is committed."""
     drafts = list(drafts)
     errors: dict[str, str] = {}
     if not drafts:
@@ -119,6 +128,8 @@ def whatif_run_create(
         errors["window_start"] = f"The window must be at most 366 days; got {span / 86400:.0f} days."
     elif window_start > timezone.now():
         errors["window_start"] = f"The window must start in the past; got {window_start:%Y-%m-%d %H:%M}."
+    if isinstance(time_step, bool) or not isinstance(time_step, int) or not 0 <= time_step <= MAX_TIME_STEP_S:
+        errors["time_step"] = f"Time step must be 0 to {MAX_TIME_STEP_S} seconds; got {time_step!r}."
     for draft in drafts:
         try:
             bodies.check_body(draft.body)
@@ -133,6 +144,7 @@ def whatif_run_create(
             created_by=actor,
             window_start=window_start,
             window_end=window_end,
+            time_step=time_step,
             policies=policies,
         )
         run.drafts.set(drafts)

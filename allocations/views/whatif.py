@@ -232,6 +232,7 @@ def run_start(request: HttpRequest) -> HttpResponse:
                 drafts=form.cleaned_data["drafts"],
                 window_start=form.cleaned_data["window_start"],
                 window_end=form.cleaned_data["window_end"],
+                time_step=form.cleaned_data["time_step"],
             )
         except ValidationError as exc:
             policy_forms.apply_errors(form, exc)

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from allocations.models import PolicyDraft
 
+TIME_STEPS = [("0", "Exact times"), ("60", "1 minute"), ("300", "5 minutes"), ("900", "15 minutes")]
 RANGES = [("7", "Last 7 days"), ("30", "Last 30 days"), ("90", "Last 90 days"), ("dates", "Dates")]
 
 
@@ -54,6 +55,20 @@ class RunForm(forms.Form):
         label="To (inclusive)",
         widget=forms.DateInput(attrs={"type": "date"}),
         error_messages={"invalid": "To must be a date like 2026-01-31."},
+    )
+
+    time_step = forms.TypedChoiceField(
+        label="Time resolution",
+        choices=TIME_STEPS,
+        coerce=int,
+        required=False,
+        empty_value=60,
+        initial="60",
+        help_text="Submits, run times and node changes are put on this grid: coarser replays faster; "
+        "waits move by less than one step.",
+        error_messages={
+            "invalid_choice": "Time resolution must be 0, 60, 300 or 900 seconds; got %(value)r."
+        },
     )
 
     def clean(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ What cannot be replayed is skipped and counted by reason (``skipped``), never gu
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -49,12 +50,28 @@ class HistoryScenario:
             shown.append(example)
 
 
-def _seconds(moment: datetime, start: datetime) -> float:
-    return round((moment - start).total_seconds(), DIGITS)
+def _seconds(moment: datetime, start: datetime, step: int = 0) -> float:
+    """Seconds from ``start``; with a ``step``, rounded up to a multiple of it (a job is never
+    decided before it was submitted)."""
+    seconds = (moment - start).total_seconds()
+    if step:
+        return float(math.ceil(seconds / step) * step)
+    return round(seconds, DIGITS)
 
 
-def build(start: datetime, end: datetime) -> HistoryScenario:
-    """The window [start, end) of the history as a scenario without its policy and teams."""
+def _duration(seconds: float, step: int) -> float:
+    """A run time; with a ``step``, the nearest multiple of it (at least one step when > 0)."""
+    if step:
+        return float(max(step, round(seconds / step) * step)) if seconds > 0 else 0.0
+    return round(seconds, DIGITS)
+
+
+def build(start: datetime, end: datetime, *, step: int = 0) -> HistoryScenario:
+    """The window [start, end) of the history as a scenario without its policy and teams.
+
+    ``step`` (seconds, 0 = exact) puts every submit, run time and event on a grid: jobs that
+    the loop would see within one step are decided together, as the loop (which runs every
+    few seconds) does, and a replay runs far fewer cycles; waits move by less than a step."""
     out = HistoryScenario(data={})
     horizon = _seconds(end, start)
 
@@ -76,7 +93,7 @@ def build(start: datetime, end: datetime) -> HistoryScenario:
         kept[row["pk"]] = row
 
     # 2. Node states through the window, from the audit trail of node changes.
-    events = _node_events(kept, start, end, out)
+    events = _node_events(kept, start, end, out, step)
 
     # 3. Jobs alive in the window, in primary-key order (the engine's "then id").
     jobs: list[dict[str, Any]] = []
@@ -100,14 +117,14 @@ def build(start: datetime, end: datetime) -> HistoryScenario:
         )
     )
     for row in rows.iterator(chunk_size=5000):
-        job = _job(row, start, end, per_node, out)
+        job = _job(row, start, per_node, out, step)
         if job is None:
             continue
         jobs.append(job)
         if row["state"] == JobState.CANCELLED:
             cancelled = row["finished_at"] or row["updated_at"]
             if cancelled < end:
-                events.append({"at": max(0.0, _seconds(cancelled, start)), "cancel": job["id"]})
+                events.append({"at": max(0.0, _seconds(cancelled, start, step)), "cancel": job["id"]})
     events.sort(key=lambda e: e["at"])  # stable: node events before cancels of the same time
 
     out.data = {
@@ -121,7 +138,7 @@ def build(start: datetime, end: datetime) -> HistoryScenario:
 
 
 def _job(
-    row: dict[str, Any], start: datetime, end: datetime, per_node: dict[str, int], out: HistoryScenario
+    row: dict[str, Any], start: datetime, per_node: dict[str, int], out: HistoryScenario, step: int
 ) -> dict[str, Any] | None:
     """One Job row as a scenario job, or None (counted in ``skipped``) when it cannot be replayed."""
     job_id = str(row["pk"])
@@ -136,27 +153,27 @@ def _job(
     started, finished = row["started_at"], row["finished_at"]
     duration: float | None = None
     if row["state"] in (JobState.FINISHED, JobState.FAILED) and started is not None and finished is not None:
-        duration = round(max(0.0, (finished - started).total_seconds()), DIGITS)
+        duration = _duration(max(0.0, (finished - started).total_seconds()), step)
     elif row["requested_duration"] is not None:
-        duration = float(row["requested_duration"])
+        duration = _duration(float(row["requested_duration"]), step)
     job: dict[str, Any] = {
         "id": job_id,
         "team": row["team__name"],
         "instance_type": type_name,
         "gpus": gpus,
-        "submit": _seconds(row["submitted_at"], start),
+        "submit": _seconds(row["submitted_at"], start, step),
         "duration": duration,
     }
     if row["priority_class__name"]:
         job["priority"] = row["priority_class__name"]
     if row["submitted_at"] < start and started is not None and started <= start:
         # Its last run had begun when the window opened (and had not ended before it).
-        job["running_since"] = _seconds(started, start)
+        job["running_since"] = min(0.0, _seconds(started, start, step))
     return job
 
 
 def _node_events(
-    nodes: dict[int, dict[str, Any]], start: datetime, end: datetime, out: HistoryScenario
+    nodes: dict[int, dict[str, Any]], start: datetime, end: datetime, out: HistoryScenario, step: int
 ) -> list[dict[str, Any]]:
     """``node_down``/``node_up`` events from the audited state changes of today's nodes
     (every change since the window opened is read, to work back from today's states)."""
@@ -194,5 +211,5 @@ def _node_events(
             continue
         ready[pk] = is_ready
         kind = "node_up" if is_ready else "node_down"
-        events.append({"at": _seconds(at, start), kind: {"instance_type": type_of[pk], "count": 1}})
+        events.append({"at": _seconds(at, start, step), kind: {"instance_type": type_of[pk], "count": 1}})
     return events

@@ -155,7 +155,7 @@ def _replay_all(run_id: int) -> dict[str, Any]:
         history_data = unpack(run.scenario)
         skipped: dict[str, Any] = run.results.get("skipped", {})
     else:
-        built = history.build(run.window_start, run.window_end)
+        built = history.build(run.window_start, run.window_end, step=run.time_step)
         history_data = built.data
         skipped = {"counts": built.skipped, "examples": built.examples}
         WhatIfRun.objects.filter(pk=run_id).update(scenario=pack(history_data), results={"skipped": skipped})

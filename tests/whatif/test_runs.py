@@ -138,3 +138,34 @@ def test_executing_a_finished_run_again_changes_nothing(week):
     assert execute(run.pk) == WhatIfRunState.DONE
     run.refresh_from_db()
     assert run.results == before
+
+
+def test_a_time_step_puts_every_submit_run_time_and_event_on_its_grid(week):
+    exact = {j["id"]: j for j in history.build(week.start, week.end).data["jobs"]}
+    built = history.build(week.start, week.end, step=300)
+    for job in built.data["jobs"]:
+        assert job["submit"] % 300 == 0 and 0 <= job["submit"] - exact[job["id"]]["submit"] < 300
+        if job["duration"] is not None:  # None: the cancelled job, which had none
+            assert job["duration"] % 300 == 0 and abs(job["duration"] - exact[job["id"]]["duration"]) <= 150
+    assert all(event["at"] % 300 == 0 for event in built.data["events"])
+
+
+def test_a_run_refuses_a_bad_window_or_time_step_naming_it(week):
+    from django.core.exceptions import ValidationError
+
+    draft = lending_draft(week.personas)
+    with pytest.raises(ValidationError) as refused:
+        services.whatif_run_create(
+            actor=week.personas.cluster_admin,
+            drafts=[draft],
+            window_start=week.end,
+            window_end=week.start,
+            time_step=-5,
+        )
+    assert refused.value.message_dict == {
+        "window_end": [
+            f"The window must be at least an hour; got {week.end:%Y-%m-%d %H:%M} to {week.start:%Y-%m-%d %H:%M}."
+        ],
+        "time_step": ["Time step must be 0 to 3600 seconds; got -5."],
+    }
+    assert not WhatIfRun.objects.exists()

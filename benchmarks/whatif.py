@@ -1,0 +1,190 @@
+"""A what-if run at scale: a 30-day window with 100,000 jobs of 50 teams, replayed under the
+live policy and one draft.
+
+    .venv/bin/python benchmarks/whatif.py [--jobs 100000] [--teams 50] [--days 30] [--db PATH]
+
+It builds a throw-away SQLite database (in a temporary directory unless ``--db`` is given),
+writes the history (nodes, teams, quotas, finished jobs with real run times), then runs the
+lab's own code: ``whatif.history.build`` (the window as a scenario), and for each policy the
+scenario's parsing, the replay with the pending-reason recorder and the figures. Beside each
+replay, as the baseline measured in the same run, the same scenario replayed by the bare
+simulator (``simulation.replay``: no reason recorder, no figures). Wall times and the peak
+resident memory are printed, never asserted; the target is the two replays in under a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import resource
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+GPUS_PER_NODE = 8
+NODES = 128  # 1,024 GPUs of one instance type
+LOAD = 0.85  # the GPU-hours asked, as a share of the window's capacity
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def setup_django(db: Path) -> None:
+    os.environ["DATABASE_URL"] = f"sqlite:///{db}"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpugov_site.settings.base")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def write_history(jobs: int, teams: int, days: int, seed: int) -> tuple[object, object]:
+    """Nodes, teams with quotas that add up to the cluster, and ``jobs`` finished jobs."""
+    from django.utils import timezone
+
+    from allocations.models import (
+        Cluster,
+        ClusterPolicy,
+        InstanceType,
+        Job,
+        Node,
+        PriorityClass,
+        Team,
+        TeamQuota,
+    )
+
+    rng = random.Random(seed)
+    cluster = Cluster.objects.create(pk=1, name="bench")
+    ClusterPolicy.objects.create(cluster=cluster)
+    it = InstanceType.objects.create(name="ml.p5.48xlarge", gpus_per_node=GPUS_PER_NODE, price_per_gpu_hour=4)
+    now = timezone.now().replace(microsecond=0)
+    Node.objects.bulk_create(
+        Node(name=f"p5-{i:04d}", instance_type=it, gpus=GPUS_PER_NODE, state_since=now) for i in range(NODES)
+    )
+    classes = [
+        PriorityClass.objects.create(name=name, weight=weight)
+        for name, weight in (("inference", 100), ("training", 50), ("experimentation", 10))
+    ]
+    weights = [rng.uniform(0.2, 3) for _ in range(teams)]
+    capacity = NODES * GPUS_PER_NODE
+    quotas = [int(capacity * w / sum(weights)) for w in weights]
+    team_rows = Team.objects.bulk_create(
+        Team(name=f"team-{i:02d}", fair_share_weight=1) for i in range(teams)
+    )
+    TeamQuota.objects.bulk_create(
+        TeamQuota(team=t, instance_type=it, quota=q, lend_limit=q // 2)
+        for t, q in zip(team_rows, quotas, strict=True)
+    )
+    start = now - timedelta(days=days)
+    sizes = (1, 2, 4, 8, 8, 16)
+    mean_gpus = sum(sizes) / len(sizes)
+    mean_hours = capacity * days * 24 * LOAD / jobs / mean_gpus
+    rows = []
+    for i in range(jobs):
+        team = rng.choices(team_rows, weights=weights)[0]
+        submitted = start + timedelta(seconds=rng.uniform(0, days * 86400))
+        run = timedelta(hours=min(rng.expovariate(1 / mean_hours), 72))
+        rows.append(
+            Job(
+                team=team,
+                name=f"job-{i}",
+                instance_type=it,
+                gpus=rng.choice(sizes),
+                priority_class=rng.choice(classes),
+                state="finished",
+                submitted_at=submitted,
+                started_at=submitted,
+                finished_at=submitted + run,
+            )
+        )
+    Job.objects.bulk_create(rows, batch_size=5000)
+    return start, now
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--jobs", type=int, default=100_000)
+    parser.add_argument("--teams", type=int, default=50)
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--step", type=int, default=60, help="time resolution of the scenario, s (0: exact)")
+    parser.add_argument("--db", type=Path, help="SQLite file to create (default: a temporary one)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        db = args.db or Path(tmp) / "whatif-bench.sqlite3"
+        if db.exists():
+            db.unlink()
+        setup_django(db)
+        started = time.perf_counter()
+        window_start, window_end = write_history(args.jobs, args.teams, args.days, args.seed)
+        print(f"history written: {args.jobs:,} jobs, {args.teams} teams, {NODES} nodes "
+              f"in {time.perf_counter() - started:.1f} s")  # fmt: skip
+
+        from allocations.engine import allocate
+        from allocations.models import InstanceType
+        from allocations.simulation import parse_scenario, replay
+        from allocations.whatif import drafts, figures, history, runs
+
+        # The live policy, and a draft that lends whole quotas and borrows without limit.
+        live = drafts.live_body()
+        draft = {**live, "teams": [
+            {**t, "quotas": [{**q, "lend_limit": None, "borrow_limit_kind": "unlimited"} for q in t["quotas"]]}
+            for t in live["teams"]
+        ]}  # fmt: skip
+        policies = [
+            {"key": "live", "name": "live", "body": live},
+            {"key": "draft-1", "name": "draft", "body": draft},
+        ]
+
+        t0 = time.perf_counter()
+        built = history.build(window_start, window_end, step=args.step)
+        t_history = time.perf_counter() - t0
+        print(
+            f"history -> scenario: {len(built.data['jobs']):,} jobs in {t_history:.1f} s; peak RSS {peak_mb():.0f} MB"
+        )
+        prices = {n: float(p) for n, p in InstanceType.objects.values_list("name", "price_per_gpu_hour")}
+
+        total = t_history
+        for entry in policies:
+            data = runs.scenario_data(built.data, policies, entry["key"])
+            t0 = time.perf_counter()
+            scenario = parse_scenario(data, keep_unfit=True)
+            t_parse = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            recorder = figures.ReasonRecorder(allocate)
+            from allocations.simulation.replay import Replay
+
+            result = Replay(scenario, allocate=recorder).run()
+            recorder.finish(result.end_time)
+            shown, _jobs = figures.figures(result, scenario, prices, recorder)
+            t_lab = time.perf_counter() - t0
+            total += t_parse + t_lab
+            t0 = time.perf_counter()
+            replay(scenario)
+            t_bare = time.perf_counter() - t0
+            c = shown["cluster"]
+            print(
+                f"{entry['name']:>6}: parse {t_parse:5.1f} s, replay+reasons+figures {t_lab:6.1f} s "
+                f"(baseline bare replay {t_bare:6.1f} s); {c['cycles']:,} cycles, utilization "
+                f"{100 * c['utilization']:.1f}%, idle while waiting {c['idle_while_waiting_gpu_hours']:,.0f} GPU-h, "
+                f"mean wait {c['wait_mean_s'] / 60:.1f} min; peak RSS {peak_mb():.0f} MB"
+            )
+        print(
+            f"what-if run (history + 2 policies): {total:.1f} s wall; target under 60 s; peak RSS {peak_mb():.0f} MB"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
