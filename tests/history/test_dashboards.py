@@ -316,3 +316,44 @@ def test_beyond_ten_teams_the_rest_are_stacked_as_other_teams(personas) -> None:
         t["name"] for t in chosen["charts"][0]["figure"]["data"] if t["name"] not in ("capacity", "idle")
     ]
     assert teams == ["t11", "t12"]
+
+
+@pytest.mark.parametrize("key", ["6h", "1d", "7d"])
+def test_team_totals_from_whole_periods_equal_the_sums_of_the_windows_rows(personas, key: str) -> None:  # type: ignore[no-untyped-def]
+    """Totals read whole hours (days) from rollups and only the partial ends from the window's
+    own table; they must equal the sums of the window's rows, whatever the boundaries."""
+    from django.db.models import Sum as SumOf
+
+    from allocations.models import TeamUsageMinute, TeamUsageRollup
+    from tests import factories as f
+
+    end = datetime(2026, 11, 20, 14, 37, 20, tzinfo=UTC)
+    job = None
+    for i, minutes_ago in enumerate(range(30 * 60, -1, -7)):  # 30 hours, every 7 minutes
+        at = end - timedelta(minutes=minutes_ago)
+        if i % 40 == 0:  # start or stop team-b's borrowing job now and then
+            if job is None:
+                job = f.make_job(
+                    personas.other_team, personas.instance_type, 12, state=JobState.RUNNING,
+                    submitted_at=at, started_at=at, nodes=[[personas.nodes[0].name, 8], [personas.nodes[1].name, 4]],
+                )  # fmt: skip
+            else:
+                job.delete()
+                job = None
+        history.history_sample(now=at)
+        if i % 25 == 0:
+            history.history_rollup(now=at)
+    history.history_rollup(now=end)
+    window = selectors.window_for(key, end)
+    totals = {t["team"]: t for t in selectors.team_totals(window)}
+    if window.source == "minute":
+        rows = TeamUsageMinute.objects.filter(minute__gt=window.start, minute__lte=window.end)
+        fields = {"used": "used", "borrowed": "borrowed", "lent": "lent"}
+    else:
+        rows = TeamUsageRollup.objects.filter(period="hour", start__gt=window.start, start__lte=window.end)
+        fields = {"used": "used_gpu_minutes", "borrowed": "borrowed_gpu_minutes", "lent": "lent_gpu_minutes"}
+    for team in ("team-a", "team-b"):
+        expected = rows.filter(team__name=team).aggregate(**{k: SumOf(v) for k, v in fields.items()})
+        for k in fields:
+            assert totals[team][f"{k}_gpu_hours"] == pytest.approx((expected[k] or 0) / 60), (team, k)
+    assert totals["team-b"]["borrowed_gpu_hours"] > 0 and totals["team-a"]["lent_gpu_hours"] > 0
