@@ -180,12 +180,18 @@ def weekly_reports_send(
             claimed.append((recipient, delivery))
     if not claimed:
         return result
-    figures = weekly_figures(week)
-    # 3. Content and charts, once per report (one browser renders them all).
-    contents: dict[str, report_email.ReportContent] = {}
-    for recipient, _ in claimed:
-        if recipient.report not in contents:
-            contents[recipient.report] = report_content(figures, recipient.report, recipient.team)
+    # 3. Content and charts, once per report (one browser renders them all). Should this fail,
+    # the claims are released as failed (the next run retries) rather than left "sending".
+    try:
+        figures = weekly_figures(week)
+        contents: dict[str, report_email.ReportContent] = {}
+        for recipient, _ in claimed:
+            if recipient.report not in contents:
+                contents[recipient.report] = report_content(figures, recipient.report, recipient.team)
+    except Exception as exc:
+        for recipient, delivery in claimed:
+            _failed(result, recipient, delivery, exc)
+        raise
     images = _render_all(contents)
     result.images = any(v is not None for v in images.values())
     # 4. Send over one connection; record each outcome.
@@ -203,12 +209,12 @@ def weekly_reports_send(
     try:
         for report, pairs in by_report.items():
             for recipient, delivery in pairs:
-                message = report_email.build_message(
-                    contents[report], recipient, images[report], connection=connection
-                )
                 try:
+                    message = report_email.build_message(
+                        contents[report], recipient, images[report], connection=connection
+                    )
                     message.send()
-                except Exception as exc:  # refused by the server: retried next run
+                except Exception as exc:  # refused by the server, or unbuildable: retried next run
                     log.exception("weekly report %s to %s failed", report, recipient.email)
                     _failed(result, recipient, delivery, exc)
                     continue
@@ -252,11 +258,15 @@ def weekly_report_due(now: datetime, time_zone: str, weekday: int, hour: int) ->
 
 
 def weekly_reports_tick(*, now: datetime) -> SendResult | None:
-    """What beat runs hourly: send the due week unless some of it was sent already."""
+    """What beat runs hourly: send the due week, unless its reports went out already (some
+    were sent or are being sent, and none failed: failures are retried each hour)."""
     week = weekly_report_due(
         now, cluster_time_zone(), settings.WEEKLY_REPORT_WEEKDAY, settings.WEEKLY_REPORT_HOUR
     )
-    if week is None or ReportDelivery.objects.filter(week=week.monday).exists():
+    if week is None:
+        return None
+    deliveries = ReportDelivery.objects.filter(week=week.monday)
+    if deliveries.exists() and not deliveries.filter(state=ReportDeliveryState.FAILED).exists():
         return None
     return weekly_reports_send(week=week, now=now)
 

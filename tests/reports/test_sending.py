@@ -96,8 +96,17 @@ def test_a_refused_send_is_failed_then_retried(week_of_history, smtp, no_charts,
     assert set(ReportDelivery.objects.values_list("state", flat=True)) == {"failed"}
     assert "ConnectionRefusedError" in ReportDelivery.objects.first().error
     settings.EMAIL_PORT = port
-    retry = weekly_reports_send(week=week(), now=NOW)
-    assert len(retry.sent) == 4 and len(smtp.received) == 4
+    retry = weekly_reports_tick(now=NOW)  # the hourly beat retries failures
+    assert retry is not None and len(retry.sent) == 4 and len(smtp.received) == 4
+    assert weekly_reports_tick(now=NOW) is None
+
+
+def test_claims_are_released_when_an_email_cannot_be_built(week_of_history, smtp, no_charts, settings):
+    settings.TEMPLATES = []  # the email templates cannot be found: nothing may stay "sending"
+    result = weekly_reports_send(week=week(), now=NOW)
+    assert smtp.received == [] and len(result.failed) == 4
+    assert "weekly_report" in result.failed[0]
+    assert set(ReportDelivery.objects.values_list("state", flat=True)) == {"failed"}
 
 
 def test_the_beat_sends_from_monday_seven_local_time():
