@@ -515,7 +515,9 @@ class ObtainTokenView(APIView):
         responses={200: inline_serializer("TokenCreated", {"token": serializers.CharField()})},
     )
     def post(self, request: Request) -> Response:
-        serializer = AuthTokenSerializer(data=request.data, context={"request": request})
+        # Django's own request, so that django-axes marks it when the username is locked out and
+        # its middleware answers 429 (on DRF's wrapper the mark would be lost: a plain 400).
+        serializer = AuthTokenSerializer(data=request.data, context={"request": request._request})
         serializer.is_valid(raise_exception=True)
         _, key = token_create(user=serializer.validated_data["user"])
         return Response({"token": key})
