@@ -4,6 +4,7 @@ realistic environment (the settings module is read once per process)."""
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
 
@@ -11,8 +12,8 @@ from tests.conftest import REPO
 
 PRODUCTION_ENV = {
     "DJANGO_SETTINGS_MODULE": "gpugov_site.settings.production",
-    # A made-up key of production length and variety; nothing uses it outside this check.
-    "DJANGO_SECRET_KEY": "deploy-check-" + "k7#Qz9!pW2vX" * 5,
+    # A fresh key of production length and variety, made per run (none is written in the repo).
+    "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
     "DJANGO_ALLOWED_HOSTS": "gpugov.example.com",
     "DJANGO_CSRF_TRUSTED_ORIGINS": "https://gpugov.example.com",
 }
