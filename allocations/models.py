@@ -442,7 +442,9 @@ class TeamUsageMinute(models.Model):
     Rows that would be all zeros are not written."""
 
     minute = models.DateTimeField()
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    # No index of its own: (team, minute) serves lookups by team, and PostgreSQL would pick a
+    # team-only index and filter the minutes of every day kept (measured: 5x slower).
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+", db_index=False)
     instance_type = models.ForeignKey(InstanceType, on_delete=models.CASCADE, related_name="+")
     quota = models.PositiveIntegerField(default=0)
     used = models.PositiveIntegerField(default=0)
@@ -498,7 +500,8 @@ class TeamUsageRollup(models.Model):
 
     period = models.CharField(max_length=4, choices=HistoryPeriod.choices)
     start = models.DateTimeField()
-    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    # No index of its own, as for the minutes: (period, team, start) serves the dashboards.
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+", db_index=False)
     instance_type = models.ForeignKey(InstanceType, on_delete=models.CASCADE, related_name="+")
     quota_gpu_minutes = models.BigIntegerField(default=0)
     used_gpu_minutes = models.BigIntegerField(default=0)
