@@ -1,0 +1,57 @@
+"""Per-job times and pending reasons from a replay's result (no database)."""
+
+from __future__ import annotations
+
+from allocations.engine.snapshot import PendingCode, PendingReason, Plan
+from allocations.simulation.result import JobResult, PreemptionRecord
+from allocations.whatif.figures import ReasonRecorder, job_times
+
+
+def job(**fields) -> JobResult:
+    base = {"id": "7", "team": "team-a", "instance_type": "p5", "gpus": 8, "priority": None, "submit": 100.0}
+    return JobResult(**{**base, **fields})
+
+
+def test_a_preempted_job_waits_from_submit_and_from_its_requeue():
+    result = job(
+        state="finished",
+        admitted_at=(160.0, 500.0),
+        preempted=(PreemptionRecord(300.0, "reclaim", "9"),),
+        finished_at=900.0,
+    )
+    times = job_times(result, None, 1000.0)
+    assert times.waits == (60.0, 200.0)
+    assert times.runs == ((160.0, 300.0), (500.0, 900.0))
+    assert times.total_wait == 260.0
+
+
+def test_a_job_preempted_and_restarted_at_one_instant_has_two_runs_and_no_wait_between():
+    result = job(
+        state="running", admitted_at=(100.0, 300.0), preempted=(PreemptionRecord(300.0, "fair-share", "9"),)
+    )
+    times = job_times(result, None, 1000.0)
+    assert times.runs == ((100.0, 300.0), (300.0, 1000.0))
+    assert times.waits == (0.0, 0.0)
+
+
+def test_a_job_running_at_the_start_or_still_pending_at_the_end():
+    assert job_times(job(state="finished", finished_at=50.0), -600.0, 1000.0).runs == ((0.0, 50.0),)
+    pending = job_times(job(state="pending"), None, 1000.0)
+    assert pending.waits == () and pending.total_wait == 900.0 and pending.queued == ((100.0, 1000.0),)
+    assert job_times(job(state="rejected"), None, 1000.0).total_wait == 0
+
+
+def test_the_recorder_keeps_the_reason_a_job_waited_longest_with():
+    plans = iter(
+        [
+            Plan(pending={"7": PendingReason(PendingCode("no-idle-capacity"), "no idle GPUs")}),
+            Plan(pending={"7": PendingReason(PendingCode("borrow-limit"), "over its borrow cap")}),
+            Plan(),
+        ]
+    )
+    recorder = ReasonRecorder(lambda snapshot, now: next(plans))
+    for now in (0.0, 10.0, 400.0):
+        recorder(None, now)  # type: ignore[arg-type]
+    assert recorder.seconds == {"7": {"no-idle-capacity": 10.0, "borrow-limit": 390.0}}
+    assert recorder.main_reason("7") == {"code": "borrow-limit", "message": "over its borrow cap"}
+    assert recorder.main_reason("8") is None
