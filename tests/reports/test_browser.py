@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connections
 
 from allocations.models import Membership
 from allocations.reports.weeks import Week
@@ -31,6 +32,10 @@ def page() -> Any:
         context = browser.new_context(viewport={"width": 900, "height": 900})
         context.set_default_timeout(TIMEOUT_MS)
         yield context.new_page()
+        # ORM calls made while Playwright's sync API runs (it switches greenlets) open a
+        # connection of their own; close it here, or PostgreSQL's test database cannot be
+        # dropped when this is the session's last test.
+        connections.close_all()
         browser.close()
 
 
