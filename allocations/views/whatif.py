@@ -18,7 +18,7 @@ from django.views.decorators.http import require_POST
 
 from allocations.access import cluster_admin_required
 from allocations.forms import policy as policy_forms
-from allocations.models import InstanceType, PolicyDraft, WhatIfRun, WhatIfRunState
+from allocations.models import InstanceType, PolicyDraft, PriorityClass, WhatIfRun, WhatIfRunState
 from allocations.services import drafts as services
 from allocations.whatif import charts, runs
 from allocations.whatif import drafts as bodies
@@ -82,6 +82,15 @@ def _class_form(body: dict[str, Any], name: str, data: Any = None) -> policy_for
     return form
 
 
+def _new_class_row(name: Any) -> PriorityClass:
+    """The unsaved row a class added to the draft is bound to: a class removed from the draft
+    but still live may come back (it is that row, not a duplicate of it)."""
+    live = PriorityClass.objects.filter(name=name).values_list("pk", flat=True).first() if name else None
+    row = PriorityClass(pk=live)
+    row._state.adding = live is None
+    return row
+
+
 @cluster_admin_required
 def draft_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """The draft's diff from the live policy, its cluster policy and priority classes, and
@@ -93,7 +102,9 @@ def draft_detail(request: HttpRequest, pk: int) -> HttpResponse:
         request.POST if which == "policy" else None, instance=bodies.cluster_policy_row(body), prefix="policy"
     )
     new_class = policy_forms.PriorityClassForm(
-        request.POST if which == "new-class" else None, prefix="new-class"
+        request.POST if which == "new-class" else None,
+        instance=_new_class_row(request.POST.get("new-class-name") if which == "new-class" else None),
+        prefix="new-class",
     )
     new_class.fields["description"].disabled = True
     name_form = DraftNameForm(

@@ -204,6 +204,15 @@ def test_cluster_policy_and_priority_classes_are_edited_in_the_draft(admin, draf
     page = admin.get(url).content.decode()
     for text in ("idle_allocation", "first-come-first-serve", "batch", "experimentation"):
         assert text in page
+    # A class removed from the draft but still live may come back.
+    back = admin.post(
+        url, {"form": "new-class", "new-class-name": "experimentation", "new-class-weight": "20"}
+    )
+    assert back.status_code == 302
+    again = admin.post(url, {"form": "new-class", "new-class-name": "batch", "new-class-weight": "5"})
+    assert (
+        again.status_code == 400 and "The draft already has a priority class named" in again.content.decode()
+    )
     missing = admin.post(url, {"form": "class:nope", "pc-nope-weight": "1"})
     assert missing.status_code == 404
 
