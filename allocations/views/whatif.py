@@ -252,8 +252,10 @@ def run_start(request: HttpRequest) -> HttpResponse:
     return _index(request, DraftNameForm(prefix="draft"), form, status=400)
 
 
-def _run(pk: int) -> WhatIfRun:
-    return get_object_or_404(WhatIfRun.objects.prefetch_related("drafts"), pk=pk)
+def _run(pk: int, *, scenario: bool = False) -> WhatIfRun:
+    """The run; its scenario (megabytes for a long window) only when asked for."""
+    rows = WhatIfRun.objects.prefetch_related("drafts")
+    return get_object_or_404(rows if scenario else rows.defer("scenario"), pk=pk)
 
 
 def _status(run: WhatIfRun) -> dict[str, Any]:
@@ -356,7 +358,8 @@ def _plotly_url() -> str:
 
 @cluster_admin_required
 def run_status(request: HttpRequest, pk: int) -> JsonResponse:
-    return JsonResponse(_status(_run(pk)))
+    run = get_object_or_404(WhatIfRun.objects.defer("scenario", "results", "policies"), pk=pk)
+    return JsonResponse(_status(run))
 
 
 @cluster_admin_required
@@ -375,7 +378,7 @@ def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 @cluster_admin_required
 def run_scenario(request: HttpRequest, pk: int, key: str) -> HttpResponse:
     """The scenario replayed under policy ``key`` (``live`` or ``draft-<id>``) as YAML."""
-    run = _run(pk)
+    run = _run(pk, scenario=True)
     try:
         text = runs.export_yaml(run, key)
     except KeyError as exc:
