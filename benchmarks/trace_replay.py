@@ -172,7 +172,10 @@ def main() -> int:
         )
     if "pooled" in by and "fair-share" in by:
         gap = 100 * (by["pooled"]["utilization"] - by["fair-share"]["utilization"])
-        print(f"fair-share utilization is {gap:.2f} points below the pooled bound (target <= 2)")
+        side = "below" if gap >= 0 else "above"
+        print(
+            f"fair-share utilization is {abs(gap):.2f} points {side} the pooled bound (target: at most 2 below)"
+        )
     slowest = max(rows, key=lambda r: r["replay_s"])
     print(f"slowest replay: {slowest['policy']} {slowest['replay_s']:.1f} s (target < 60 s)")
     return 0
