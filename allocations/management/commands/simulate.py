@@ -8,10 +8,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
 from allocations.simulation import ScenarioError, SimulationError
 from allocations.simulation.command_line import add_arguments, simulate
+
+
+class _Plain:
+    """A command's output stream written as is: no colour, no newline added (the progress bar
+    redraws one line with carriage returns)."""
+
+    def __init__(self, wrapper: OutputWrapper) -> None:
+        self.wrapper = wrapper
+
+    def write(self, text: str) -> int:
+        self.wrapper.write(text, style_func=lambda s: s, ending="")
+        return len(text)
+
+    def flush(self) -> None:
+        self.wrapper.flush()
+
+    def isatty(self) -> bool:
+        return self.wrapper.isatty()
 
 
 class Command(BaseCommand):
@@ -31,8 +49,8 @@ class Command(BaseCommand):
                 keep_unfit=options["keep_unfit"],
                 strict=options["strict"],
                 progress=not options["no_progress"],
-                stdout=self.stdout,  # type: ignore[arg-type]
-                stderr=self.stderr,  # type: ignore[arg-type]
+                stdout=_Plain(self.stdout),  # type: ignore[arg-type]
+                stderr=_Plain(self.stderr),  # type: ignore[arg-type]
             )
         except ScenarioError as exc:
             raise CommandError(f"{options['file']}: nothing simulated:\n{exc}") from exc
