@@ -273,3 +273,47 @@ def test_back_off_retry_cycles_run_before_the_end_but_do_not_extend_the_run() ->
     at_5, at_20 = replay(forever, until=5), replay(forever, until=20)
     assert at_20.cluster.cycles == at_5.cluster.cycles + 1  # the retry cycle at 6
     assert at_20.jobs["b2"].state == "pending"
+
+
+def test_update_team_applies_at_its_time_and_a_waiting_job_then_fits() -> None:
+    scenario = load(
+        """
+        cluster:
+          node_pools: [{instance_type: ml.p5.48xlarge, count: 1, gpus_per_node: 8}]
+        teams:
+          - {name: a, quota: {ml.p5.48xlarge: 4}, sharing: dont-lend}
+        jobs:
+          - {id: j1, team: a, gpus: 4, submit: 0, duration: null}
+          - {id: j2, team: a, gpus: 2, submit: 0, duration: null}
+        events:
+          - {at: 50, update_team: {name: a, quota: {ml.p5.48xlarge: 8}}}
+        """
+    )
+    before = replay(scenario, until=49)
+    assert before.jobs["j2"].pending_reason is not None
+    assert before.jobs["j2"].pending_reason.code == PendingCode.WAITING_FOR_QUOTA
+    assert replay(scenario).jobs["j2"].admitted_at == (50,)
+
+
+def test_update_policy_applies_at_its_time() -> None:
+    scenario = load(
+        """
+        cluster:
+          node_pools: [{instance_type: ml.p5.48xlarge, count: 1, gpus_per_node: 8}]
+        policy: {queueing: strict-fifo}
+        teams:
+          - {name: a, quota: {ml.p5.48xlarge: 8}, sharing: dont-lend}
+        jobs:
+          - {id: big, team: a, gpus: 6, submit: 0, duration: null}
+          - {id: head, team: a, gpus: 4, submit: 1, duration: null}
+          - {id: small, team: a, gpus: 1, submit: 2, duration: null}
+        events:
+          - {at: 30, update_policy: {queueing: best-effort-fifo}}
+        """
+    )
+    before = replay(scenario, until=29)
+    assert before.jobs["small"].pending_reason is not None
+    assert before.jobs["small"].pending_reason.code == PendingCode.BLOCKED_BY_FIFO
+    after = replay(scenario)
+    assert after.jobs["small"].admitted_at == (30,)
+    assert after.jobs["head"].state == "pending"
