@@ -68,6 +68,7 @@ class _Cycle:
         self.heads: list[tuple[Any, ...]] = []
         self.epoch = 0  # bumped by every start, preemption and hold
         self.remembered: dict[tuple[object, ...], tuple[int, PendingReason]] = {}
+        self.searched: dict[tuple[object, ...], int] = {}  # failed searches -> preempt epoch
 
     # -- step 1 ------------------------------------------------------------------------
     def _queues(self) -> None:
@@ -123,7 +124,12 @@ class _Cycle:
             self._start(rec)
             return {rec.team}
         if eligible:
-            victims = find_victims(state, rec)
+            # A search that failed for this shape, as far within its quota, fails again until
+            # something that could help happened on this instance type.
+            within = rec.tt.usage + rec.gpus <= rec.tt.quota
+            search = (shape, within)
+            epoch = state.preempt_epoch[rec.ts.name]
+            victims = None if self.searched.get(search) == epoch else find_victims(state, rec)
             if victims is not None:
                 changed = {rec.team}
                 for victim, reason in victims:
@@ -131,6 +137,7 @@ class _Cycle:
                     changed.add(victim.team)
                 self._start(rec)
                 return changed
+            self.searched[search] = epoch
             if rec.team.team.reclaim != Reclaim.ANY and state.hold(rec.tt, rec.ts):
                 self.epoch += 1
         why = state.reason(rec)
@@ -152,11 +159,16 @@ class _Cycle:
     def _preempt(self, victim: JobRecord, reason: PreemptionReason, preemptor: JobRecord) -> None:
         """Record a victim (already taken off its nodes) and put it back in its team's queue."""
         self.preemptions.append(Preemption(victim.job.id, reason, preemptor.job.id))
-        victim.tt.candidates.remove(victim)
+        victim.tt.drop_candidate(victim)
         victim.nodes = ()
         victim.was_running = False
         victim.preemptions += 1
         victim.last_preempted_at = self.now
+        # Frees GPUs on its instance type; under fair share it also lowers its team's share,
+        # which may let that team's own searches on any instance type succeed.
+        epochs = self.state.preempt_epoch
+        for name in epochs if self.fair_share else (victim.ts.name,):
+            epochs[name] += 1
         if victim.team.team.active:
             heapq.heappush(self.queues[victim.team.index], (victim.order_key, victim))
         else:

@@ -16,14 +16,14 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator
 
-from .ranking import share_key
+from .ranking import ShareKey, share_key
 from .snapshot import (
     PreemptionReason,
     PreemptTeamTasks,
     PreemptWhileBorrowing,
     Reclaim,
 )
-from .state import CycleState, JobRecord, TeamState, effective_preempt_while_borrowing
+from .state import CycleState, JobRecord, TeamState, TeamType, effective_preempt_while_borrowing
 
 Victims = list[tuple[JobRecord, PreemptionReason]]
 
@@ -69,22 +69,49 @@ def own_candidates(rec: JobRecord) -> list[JobRecord]:
 
 
 def _other_lists(
-    state: CycleState, rec: JobRecord, allowed: int | None
+    state: CycleState, rec: JobRecord, allowed: int | None, max_priority: int | None = None
 ) -> list[tuple[TeamState, list[JobRecord]]]:
     """Other teams' candidates on the preemptor's instance type, from teams above their quota
-    there; ``allowed``: only jobs of priority below it (None: any)."""
+    there; ``allowed``: only jobs of priority below it (None: any); ``max_priority``: and at
+    most that."""
     it = rec.ts.name
     out: list[tuple[TeamState, list[JobRecord]]] = []
-    for team in state.team_list:
+    for index in sorted(rec.ts.borrowers):
+        team = state.team_list[index]
         if team is rec.team:
             continue
         tt = team.per_type[it]
-        if tt.usage <= tt.quota or not tt.candidates:
+        if not tt.candidates or not tt.candidate_gpus_below(allowed):
             continue
-        cands = tt.candidates if allowed is None else [c for c in tt.candidates if c.priority < allowed]
+        cands = tt.candidates
+        if allowed is not None or max_priority is not None:
+            low = allowed if allowed is not None else 2**62
+            high = max_priority if max_priority is not None else 2**62
+            cands = [c for c in cands if c.priority < low and c.priority <= high]
         if cands:
             out.append((team, cands))
     return out
+
+
+def _freeable(lists: list[tuple[TeamState, list[JobRecord]]], it: str) -> int:
+    """At most what these other teams' candidates can free: a team gives jobs only while it
+    stays above its quota, so no more than its borrowed GPUs plus one job less one GPU."""
+    total = 0
+    for team, cands in lists:
+        tt = team.per_type[it]
+        total += min(sum(c.gpus for c in cands), tt.usage - tt.quota + tt.cand_max - 1)
+    return total
+
+
+def _cannot_free_enough(state: CycleState, rec: JobRecord, freeable: int) -> bool:
+    """Cheap necessary test before a search: every victim frees at most its GPUs of capacity
+    and of pool, so if the shortfall of either exceeds ``freeable`` no set of victims works."""
+    tt, ts, g = rec.tt, rec.ts, rec.gpus
+    kept = tt.kept
+    above = max(0, tt.usage + g - kept) - max(0, tt.usage - kept)
+    pool_short = above - state.pool_available(tt, ts)
+    capacity_short = ts.running + g - ts.capacity
+    return max(pool_short, capacity_short) > freeable
 
 
 def _reclaim_threshold(rec: JobRecord) -> int | None:
@@ -98,8 +125,114 @@ def _reclaim_threshold(rec: JobRecord) -> int | None:
     return -(2**62)  # never: no priority is below this
 
 
-def _still_borrowing(cand: JobRecord) -> bool:
-    return cand.tt.usage > cand.tt.quota
+class Trial:
+    """A dry run of removing candidates: the changes are kept beside the state, not in it.
+
+    A search that fails, the common case in a full cluster, then costs a few dictionary
+    updates per candidate instead of taking jobs off nodes and putting them back. ``fits``
+    answers exactly what ``CycleState.fits`` would answer after those removals.
+    """
+
+    __slots__ = (
+        "best_single",
+        "borrowed",
+        "emptied",
+        "freed",
+        "held_delta",
+        "node_free",
+        "pool_freed",
+        "rec",
+        "state",
+        "usage",
+    )
+
+    def __init__(self, state: CycleState, rec: JobRecord) -> None:
+        self.state = state
+        self.rec = rec
+        self.usage: dict[TeamType, int] = {}
+        self.borrowed: dict[TeamState, int] = {}
+        self.node_free: dict[int, int] = {}
+        self.freed = 0  # GPUs taken off the instance type
+        self.pool_freed = 0  # fall of pool_used
+        self.held_delta = 0  # change of the capacity held for reclaiming teams
+        self.emptied = 0  # GPUs of ready nodes that became whole and free
+        self.best_single = 0  # most free GPUs on one ready node touched
+
+    def usage_of(self, tt: TeamType) -> int:
+        return self.usage.get(tt, tt.usage)
+
+    def borrowed_of(self, team: TeamState) -> int:
+        return self.borrowed.get(team, team.borrowed)
+
+    def still_borrowing(self, cand: JobRecord) -> bool:
+        return self.usage_of(cand.tt) > cand.tt.quota
+
+    def take(self, cand: JobRecord) -> None:
+        tt, team = cand.tt, cand.team
+        old = self.usage_of(tt)
+        new = old - cand.gpus
+        self.usage[tt] = new
+        kept, quota = tt.kept, tt.quota
+        self.pool_freed += max(0, old - kept) - max(0, new - kept)
+        if tt.holding:
+            self.held_delta += _unused_lendable(tt, new) - _unused_lendable(tt, old)
+        self.borrowed[team] = self.borrowed_of(team) + max(0, new - quota) - max(0, old - quota)
+        self.freed += cand.gpus
+        placement = cand.ts.placement
+        index, free, ready, size = placement.index, placement.free, placement.ready, placement.gpus
+        node_free = self.node_free
+        for name, gpus in cand.nodes:
+            i = index[name]
+            after = node_free.get(i, free[i]) + gpus
+            node_free[i] = after
+            if ready[i]:
+                self.best_single = max(self.best_single, after)
+                if after == size[i]:
+                    self.emptied += after
+
+    def fits(self, within_quota: bool = False) -> bool:
+        rec = self.rec
+        tt, ts, g = rec.tt, rec.ts, rec.gpus
+        usage = self.usage_of(tt)
+        after = usage + g
+        limit = tt.quota if within_quota else tt.max_use
+        if limit is not None and after > limit:
+            return False
+        kept = tt.kept
+        above = max(0, after - kept) - max(0, usage - kept)
+        if above:
+            own_held = _unused_lendable(tt, usage) if tt.holding else 0
+            available = ts.pool - (ts.pool_used - self.pool_freed) - (ts.held + self.held_delta - own_held)
+            if above > available:
+                return False
+        if ts.running - self.freed + g > ts.capacity:
+            return False
+        placement = ts.placement
+        if g <= placement.gpus_per_node:
+            return self.best_single >= g or placement.can_place(g)
+        return placement.empty_gpus + self.emptied >= g
+
+    def share(self, team: TeamState) -> ShareKey:
+        return share_key(self.borrowed_of(team), team.weight, self.state.pool_total)
+
+    def share_with(self) -> ShareKey:
+        """The preemptor's team's share once it runs."""
+        rec = self.rec
+        tt = rec.tt
+        usage = self.usage_of(tt)
+        extra = max(0, usage + rec.gpus - tt.quota) - max(0, usage - tt.quota)
+        return share_key(self.borrowed_of(rec.team) + extra, rec.team.weight, self.state.pool_total)
+
+
+def _unused_lendable(tt: TeamType, usage: int) -> int:
+    return tt.lendable - min(tt.lendable, max(0, usage - tt.kept))
+
+
+def _commit(state: CycleState, rec: JobRecord, taken: Victims, within_quota: bool) -> Victims:
+    """A dry run found a set: remove it for real, then give back what is not needed."""
+    for cand, _ in taken:
+        state.remove(cand)
+    return _fill_back(state, rec, taken, within_quota)
 
 
 def _fill_back(state: CycleState, rec: JobRecord, taken: Victims, within_quota: bool) -> Victims:
@@ -124,16 +257,15 @@ def _minimal(
 ) -> Victims | None:
     """Kueue's ``minimalPreemptions``: take in order until the preemptor fits, then fill back.
     Another team's job is skipped once that team is no longer above its quota."""
+    trial = Trial(state, rec)
     taken: Victims = []
     for cand, reason in candidates:
-        if cand.team is not rec.team and not _still_borrowing(cand):
+        if cand.team is not rec.team and not trial.still_borrowing(cand):
             continue
-        state.remove(cand)
+        trial.take(cand)
         taken.append((cand, reason))
-        if state.fits(rec, within_quota):
-            return _fill_back(state, rec, taken, within_quota)
-    for cand, _ in reversed(taken):
-        state.restore(cand)
+        if trial.fits(within_quota):
+            return _commit(state, rec, taken, within_quota)
     return None
 
 
@@ -158,32 +290,72 @@ def _team_limit_hopeless(rec: JobRecord, own: list[JobRecord], within_quota: boo
     return after - sum(c.gpus for c in own) > limit
 
 
+def _placement_hopeless(
+    rec: JobRecord, own: list[JobRecord], others: list[tuple[TeamState, list[JobRecord]]]
+) -> bool:
+    """Cheap necessary test of node placement: even with every candidate that could go gone,
+    no ready node would have room (or, for a multi-node job, too few nodes would be whole and
+    free). Another team gives at most ``_freeable`` GPUs, which bounds its gain on any node."""
+    placement = rec.ts.placement
+    g = rec.gpus
+    if placement.can_place(g):
+        return False
+    it = rec.ts.name
+    index = placement.index
+    gain: dict[int, int] = {}
+    for cand in own:
+        for name, gpus in cand.nodes:
+            i = index[name]
+            gain[i] = gain.get(i, 0) + gpus
+    for team, cands in others:
+        tt = team.per_type[it]
+        cap = min(sum(c.gpus for c in cands), tt.usage - tt.quota + tt.cand_max - 1)
+        mine: dict[int, int] = {}
+        for cand in cands:
+            for name, gpus in cand.nodes:
+                i = index[name]
+                mine[i] = mine.get(i, 0) + gpus
+        for i, gpus in mine.items():
+            gain[i] = gain.get(i, 0) + min(gpus, cap)
+    free, ready, size = placement.free, placement.ready, placement.gpus
+    if g <= placement.gpus_per_node:
+        return not any(ready[i] and free[i] + extra >= g for i, extra in gain.items())
+    whole = placement.empty_gpus + sum(
+        size[i] for i, extra in gain.items() if ready[i] and free[i] + extra >= size[i] > free[i]
+    )
+    return whole < g
+
+
 def _first_come_first_serve(state: CycleState, rec: JobRecord) -> Victims | None:
     """POLICY.md 4, first-come-first-serve: attempt (a) ending within quota, then (b)."""
     tt = rec.tt
     team = rec.team.team
+    it = rec.ts.name
     within = tt.usage + rec.gpus <= tt.quota
     own = own_candidates(rec)
+    own_gpus = sum(c.gpus for c in own)
     own_pairs = [(c, PreemptionReason.IN_TEAM) for c in own]
     if not _team_limit_hopeless(rec, own, within_quota=True):
         others = _other_lists(state, rec, _reclaim_threshold(rec))
-        victims = _minimal(
-            state, rec, [*_merged(others, PreemptionReason.RECLAIM), *own_pairs], within_quota=True
-        )
-        if victims is not None:
-            return victims
+        if not _cannot_free_enough(state, rec, own_gpus + _freeable(others, it)) and not _placement_hopeless(
+            rec, own, others
+        ):
+            victims = _minimal(
+                state, rec, [*_merged(others, PreemptionReason.RECLAIM), *own_pairs], within_quota=True
+            )
+            if victims is not None:
+                return victims
     if within:  # only attempt (a) applies
         return None
     if effective_preempt_while_borrowing(team) == PreemptWhileBorrowing.NEVER:
         return None
     if _team_limit_hopeless(rec, own, within_quota=False):
         return None
-    max_priority = team.preempt_while_borrowing_max_priority
-    others_b = []
-    for other, cands in _other_lists(state, rec, rec.priority):
-        kept = cands if max_priority is None else [c for c in cands if c.priority <= max_priority]
-        if kept:
-            others_b.append((other, kept))
+    others_b = _other_lists(state, rec, rec.priority, team.preempt_while_borrowing_max_priority)
+    if _cannot_free_enough(state, rec, own_gpus + _freeable(others_b, it)):
+        return None
+    if _placement_hopeless(rec, own, others_b):
+        return None
     return _minimal(
         state,
         rec,
@@ -192,29 +364,60 @@ def _first_come_first_serve(state: CycleState, rec: JobRecord) -> Victims | None
     )
 
 
+def _rule_a_room(state: CycleState, borrowed: int, team: TeamState, mine: ShareKey) -> int:
+    """The most GPUs ``team`` (now borrowing ``borrowed``) can lose with ``mine`` still at most
+    its share afterwards (rule A); -1 when even losing nothing leaves it below ``mine``. Shares
+    fall as borrowed GPUs fall, so a binary search finds it."""
+    if share_key(borrowed, team.weight, state.pool_total) < mine:
+        return -1
+    lo, hi = 0, borrowed  # share after losing lo is >= mine
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if share_key(borrowed - mid, team.weight, state.pool_total) >= mine:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
     """POLICY.md 4, fair share (Kueue ``fairPreemptions`` with the strategies
     LessThanOrEqualToFinalShare (rule A) then LessThanInitialShare (rule B))."""
     tt = rec.tt
+    it = rec.ts.name
     own_team = rec.team
     within = tt.usage + rec.gpus <= tt.quota
     own = own_candidates(rec)
     if _team_limit_hopeless(rec, own, within_quota=False):
         return None
-    lists: dict[int, tuple[TeamState, list[JobRecord]]] = {}
+    own_gpus = sum(c.gpus for c in own)
+    others = _other_lists(state, rec, _reclaim_threshold(rec))
+    if not within:
+        # Rules A and B both need the victim team's share at least the preemptor's (after
+        # admission); own-team victims can lower the preemptor's share at most to ``floor``.
+        usage_min = tt.usage - own_gpus
+        extra = max(0, usage_min + rec.gpus - tt.quota) - max(0, tt.usage - tt.quota)
+        floor = share_key(own_team.borrowed + extra, own_team.weight, state.pool_total)
+        others = [(team, cands) for team, cands in others if state.share(team) >= floor]
+    if not own and not others:
+        return None
+    if _cannot_free_enough(state, rec, own_gpus + _freeable(others, it)):
+        return None
+    if _placement_hopeless(rec, own, others):
+        return None
+    lists: dict[int, tuple[TeamState, list[JobRecord]]] = {
+        team.index: (team, cands) for team, cands in others
+    }
     if own:
         lists[own_team.index] = (own_team, own)
-    for other, cands in _other_lists(state, rec, _reclaim_threshold(rec)):
-        lists[other.index] = (other, cands)
-    if not lists:
-        return None
     cursor = dict.fromkeys(lists, 0)
+    trial = Trial(state, rec)
 
     def entry(team: TeamState) -> tuple[int, int, int, tuple[int, float, int, int, str], int]:
         # Highest share first; on equal shares another team before the preemptor's own; then
         # the team whose next candidate comes first in the preemption order.
         is_own = team is own_team
-        share = state.share_with(rec) if is_own else state.share(team)
+        share = trial.share_with() if is_own else trial.share(team)
         nxt = lists[team.index][1][cursor[team.index]]
         return (-share[0], -share[1], 1 if is_own else 0, nxt.victim_key, team.index)
 
@@ -229,36 +432,33 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
         if team is own_team:
             cand = cands[cursor[idx]]
             cursor[idx] += 1
-            state.remove(cand)
+            trial.take(cand)
             taken.append((cand, PreemptionReason.IN_TEAM))
-            if state.fits(rec):
+            if trial.fits():
                 fits = True
                 break
             if cursor[idx] < len(cands):
                 heapq.heappush(heap, entry(team))
             continue
-        mine = state.share_with(rec)
+        # Rule A: after the preemption, the preemptor's team's share is at most the victim
+        # team's share; a victim of g GPUs lowers its team's borrowed GPUs by min(g, borrowed
+        # here), so the acceptable victims are those lowering it by at most ``room``.
+        ctt = team.per_type[it]
+        room = (1 << 62) if within else _rule_a_room(state, trial.borrowed_of(team), team, trial.share_with())
+        borrowed_here = trial.usage_of(ctt) - ctt.quota
         first_rejected: JobRecord | None = None
         while cursor[idx] < len(cands):
             cand = cands[cursor[idx]]
             cursor[idx] += 1
-            ctt = cand.tt
-            if within:
-                accept = True
-            else:
-                # Rule A: after the preemption, the preemptor's team's share is at most the
-                # victim team's share.
-                less = max(0, ctt.usage - ctt.quota) - max(0, ctt.usage - cand.gpus - ctt.quota)
-                accept = mine <= share_key(team.borrowed - less, team.weight, state.pool_total)
-            if not accept:
+            if min(cand.gpus, borrowed_here) > room:
                 if first_rejected is None:
                     first_rejected = cand
                 continue
-            state.remove(cand)
+            trial.take(cand)
             taken.append((cand, PreemptionReason.RECLAIM if within else PreemptionReason.FAIR_SHARE))
-            if state.fits(rec):
+            if trial.fits():
                 fits = True
-            elif cursor[idx] < len(cands) and _still_borrowing(cand):
+            elif cursor[idx] < len(cands) and trial.still_borrowing(cand):
                 heapq.heappush(heap, entry(team))
             break
         if first_rejected is not None and idx not in retry:
@@ -266,25 +466,23 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
     if not fits and not within and retry:
         # Rule B: the preemptor's team's share after admission is below the victim team's share
         # before it; at most one candidate per team (its first rejected), highest share first.
-        mine = state.share_with(rec)
+        mine = trial.share_with()
         order = sorted(
             retry.values(),
-            key=lambda tc: (tuple(-x for x in state.share(tc[0])), tc[1].victim_key, tc[0].index),
+            key=lambda tc: (tuple(-x for x in trial.share(tc[0])), tc[1].victim_key, tc[0].index),
         )
         for team, cand in order:
-            if not _still_borrowing(cand):
+            if not trial.still_borrowing(cand):
                 continue
-            if mine < state.share(team):
-                state.remove(cand)
+            if mine < trial.share(team):
+                trial.take(cand)
                 taken.append((cand, PreemptionReason.FAIR_SHARE))
-                if state.fits(rec):
+                if trial.fits():
                     fits = True
                     break
     if not fits:
-        for cand, _ in reversed(taken):
-            state.restore(cand)
         return None
-    return _fill_back(state, rec, taken, within_quota=False)
+    return _commit(state, rec, taken, within_quota=False)
 
 
 def find_victims(state: CycleState, rec: JobRecord) -> Victims | None:

@@ -87,6 +87,8 @@ class TeamType:
 
     __slots__ = (
         "borrow",
+        "cand_gpus",
+        "cand_max",
         "candidates",
         "holding",
         "kept",
@@ -108,6 +110,21 @@ class TeamType:
         self.holding = False
         # Running jobs that were running before this cycle, in preemption order (POLICY.md 4).
         self.candidates: list[JobRecord] = []
+        # GPUs of those candidates by priority, and an upper bound on one candidate's GPUs: the
+        # quick "not even every candidate would do" test of preemption.
+        self.cand_gpus: dict[int, int] = {}
+        self.cand_max = 0
+
+    def candidate_gpus_below(self, priority: int | None) -> int:
+        """GPUs of the candidates of priority below ``priority`` (None: all)."""
+        if priority is None:
+            return sum(self.cand_gpus.values())
+        return sum(g for p, g in self.cand_gpus.items() if p < priority)
+
+    def drop_candidate(self, rec: JobRecord) -> None:
+        """A candidate was preempted: it is no longer running."""
+        self.candidates.remove(rec)
+        self.cand_gpus[rec.priority] -= rec.gpus
 
     def unused_lendable(self) -> int:
         """The part of the lendable quota that the team itself does not use."""
@@ -117,7 +134,17 @@ class TeamType:
 class TypeState:
     """One instance type: capacity, pool and node free lists."""
 
-    __slots__ = ("capacity", "capacity_ever", "held", "name", "placement", "pool", "pool_used", "running")
+    __slots__ = (
+        "borrowers",
+        "capacity",
+        "capacity_ever",
+        "held",
+        "name",
+        "placement",
+        "pool",
+        "pool_used",
+        "running",
+    )
 
     def __init__(self, name: str, placement: Placement, capacity: int, capacity_ever: int) -> None:
         self.name = name
@@ -128,6 +155,7 @@ class TypeState:
         self.pool_used = 0
         self.held = 0  # unused lendable quota of the teams holding it (POLICY.md 3.3)
         self.running = 0  # GPUs of running jobs, on ready nodes or not
+        self.borrowers: set[int] = set()  # indexes of the teams above their quota here
 
 
 class TeamState:
@@ -182,7 +210,12 @@ class CycleState:
         self.team_list: list[TeamState] = []
         self.records: list[JobRecord] = []
         self.pool_total = 0
+        # Per instance type, bumped by whatever may let a preemption search that failed there
+        # succeed: a preemption (frees GPUs), or a team borrowing more (its jobs become
+        # candidates, its share rises). Admissions otherwise only make searches harder.
+        self.preempt_epoch: dict[str, int] = {}
         self._build(snapshot)
+        self.preempt_epoch = dict.fromkeys(self.types, 0)
 
     # -- building ----------------------------------------------------------------------
     def _build(self, snapshot: Snapshot) -> None:
@@ -275,7 +308,10 @@ class CycleState:
             self.records.append(rec)
             if job.running:
                 self._change_usage(rec, rec.gpus)
-                rec.tt.candidates.append(rec)
+                tt = rec.tt
+                tt.candidates.append(rec)
+                tt.cand_gpus[prio] = tt.cand_gpus.get(prio, 0) + rec.gpus
+                tt.cand_max = max(tt.cand_max, rec.gpus)
         for team_state in self.team_list:
             for tt in team_state.per_type.values():
                 tt.candidates.sort(key=lambda r: r.victim_key)
@@ -292,7 +328,13 @@ class CycleState:
             tt.usage = new
             ts.held += tt.unused_lendable() - before
         tt.usage = new
-        team.borrowed += max(0, new - tt.quota) - max(0, old - tt.quota)
+        quota = tt.quota
+        team.borrowed += max(0, new - quota) - max(0, old - quota)
+        if (old > quota) != (new > quota):
+            if new > quota:
+                ts.borrowers.add(team.index)
+            else:
+                ts.borrowers.discard(team.index)
         ts.running += delta
 
     def pool_available(self, tt: TeamType, ts: TypeState) -> int:
@@ -322,7 +364,13 @@ class CycleState:
         if nodes is None:  # pragma: no cover - fits() checked placement just before
             raise RuntimeError(f"no placement for {rec.job.id} after a successful fit test")
         rec.nodes = nodes
+        team = rec.team
+        borrowed = team.borrowed
         self._change_usage(rec, rec.gpus)
+        if team.borrowed > borrowed:
+            for name, tt in team.per_type.items():
+                if tt.usage > tt.quota:
+                    self.preempt_epoch[name] += 1
         return nodes
 
     def remove(self, rec: JobRecord) -> None:

@@ -1,0 +1,172 @@
+"""How long one allocation cycle takes, beside a floor measured in the same run.
+
+    .venv/bin/python benchmarks/engine_cycle.py [--quick] [--repeat N]
+
+For each case (pending jobs, running jobs, teams, nodes) and both ``idle_allocation`` modes it
+builds a busy cluster (quotas summing to 90% of the capacity, the running jobs filling it, some
+teams borrowing, three priority classes, a mix of reclaim settings) and times ``allocate`` once
+(best of ``--repeat``). The floor is the cheapest thing any cycle must do: sorting the pending
+jobs by their queue order key (POLICY.md 3.1). Peak memory is what ``tracemalloc`` sees allocated
+during one more, separate, cycle.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from allocations.engine import (  # noqa: E402
+    ClusterPolicy,
+    IdleAllocation,
+    InstanceType,
+    Job,
+    Node,
+    PriorityClass,
+    Quota,
+    Reclaim,
+    Snapshot,
+    Team,
+    allocate,
+    job_priority,
+)
+
+GPUS_PER_NODE = 8
+CLASSES = (PriorityClass("batch", 10), PriorityClass("training", 50), PriorityClass("inference", 100))
+TYPES = ("ml.p5.48xlarge", "ml.p4d.24xlarge")
+
+
+def build(pending: int, running: int, teams: int, nodes: int, mode: IdleAllocation, seed: int = 7) -> Snapshot:
+    """A busy cluster: two instance types, quotas at 90% of capacity, the nodes nearly full."""
+    rng = random.Random(seed)
+    node_list = [Node(f"n{k:05d}", TYPES[k % 2], GPUS_PER_NODE, ready=rng.random() > 0.01) for k in range(nodes)]
+    capacity = {it: sum(n.gpus for n in node_list if n.instance_type == it) for it in TYPES}
+    team_list = []
+    for k in range(teams):
+        quotas = {
+            it: Quota(
+                quota=int(capacity[it] * 0.9 / teams),
+                borrow_limit_percent=rng.choice([50, 100, 200]),
+                borrow_unlimited=rng.random() < 0.1,
+            )
+            for it in TYPES
+        }
+        team_list.append(
+            Team(
+                name=f"team-{k:04d}",
+                quotas=quotas,
+                fair_share_weight=rng.choice([1, 1, 2, 5]),
+                reclaim=rng.choice([Reclaim.ANY, Reclaim.ANY, Reclaim.LOWER_PRIORITY]),
+            )
+        )
+    free = {n.name: n.gpus for n in node_list if n.ready}
+    by_type = {it: [n.name for n in node_list if n.instance_type == it and n.ready] for it in TYPES}
+    cursor = dict.fromkeys(TYPES, 0)
+    jobs: list[Job] = []
+    # Running jobs, first fit in node order until the cluster is nearly full.
+    for k in range(running):
+        it = TYPES[k % 2]
+        names = by_type[it]
+        gpus = rng.choice([1, 1, 2, 2, 4])
+        while cursor[it] < len(names) and free[names[cursor[it]]] < gpus:
+            cursor[it] += 1
+        if cursor[it] >= len(names):
+            continue
+        name = names[cursor[it]]
+        free[name] -= gpus
+        jobs.append(
+            Job(
+                id=f"r{k:06d}",
+                team=rng.choice(team_list).name,
+                instance_type=it,
+                gpus=gpus,
+                submit_time=-3600.0 - k,
+                seq=k,
+                priority_class=rng.choice([None, "batch", "training", "inference"]),
+                nodes=((name, gpus),),
+                started_at=-3000.0 + rng.randrange(1000),
+            )
+        )
+    for k in range(pending):
+        gpus = rng.choice([1, 1, 2, 4, 8, 16])
+        jobs.append(
+            Job(
+                id=f"p{k:06d}",
+                team=rng.choice(team_list).name,
+                instance_type=rng.choice(TYPES),
+                gpus=gpus,
+                submit_time=float(rng.randrange(-600, 0)),
+                seq=running + k,
+                priority_class=rng.choice([None, "batch", "training", "inference"]),
+            )
+        )
+    policy = ClusterPolicy(idle_allocation=mode, priority_classes=CLASSES)
+    return Snapshot(tuple(TYPES_OBJ), tuple(node_list), tuple(team_list), policy, tuple(jobs))
+
+
+TYPES_OBJ = tuple(InstanceType(name, GPUS_PER_NODE) for name in TYPES)
+
+
+def best_of(repeat: int, fn: object) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        start = time.perf_counter()
+        fn()  # type: ignore[operator]
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def floor(snapshot: Snapshot) -> None:
+    """Sort the pending jobs by their queue order key: the least a cycle must do."""
+    policy = snapshot.policy
+    sorted(
+        (j for j in snapshot.jobs if not j.nodes),
+        key=lambda j: (-job_priority(policy, j), j.submit_time, j.seq, j.id),
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="only the small cases")
+    parser.add_argument("--repeat", type=int, default=3, help="best of N timings (default 3)")
+    args = parser.parse_args()
+    grid = [
+        (1_000, 1_000, 20, 200),
+        (10_000, 1_000, 20, 200),
+        (10_000, 10_000, 200, 2_000),
+    ]
+    if not args.quick:
+        grid += [
+            (100_000, 10_000, 200, 2_000),
+            (100_000, 10_000, 1_000, 2_000),
+        ]
+    header = f"{'pending':>8} {'running':>8} {'teams':>6} {'nodes':>6} {'mode':<22} {'cycle s':>8} {'floor s':>8} {'ratio':>6} {'starts':>7} {'preempt':>7} {'peak MB':>8}"
+    print(header)
+    print("-" * len(header))
+    for pending, running, teams, nodes in grid:
+        for mode in IdleAllocation:
+            snapshot = build(pending, running, teams, nodes, mode)
+            plan = allocate(snapshot, 0.0)
+            cycle = best_of(args.repeat, lambda s=snapshot: allocate(s, 0.0))
+            base = best_of(args.repeat, lambda s=snapshot: floor(s))
+            tracemalloc.start()
+            allocate(snapshot, 0.0)
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
+            n_running = sum(1 for j in snapshot.jobs if j.nodes)
+            print(
+                f"{pending:>8} {n_running:>8} {teams:>6} {nodes:>6} {mode.value:<22} {cycle:>8.3f} {base:>8.3f} "
+                f"{cycle / base:>6.1f} {len(plan.starts):>7} {len(plan.preemptions):>7} {peak / 2**20:>8.1f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
