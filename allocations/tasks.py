@@ -32,11 +32,15 @@ def request_cycle() -> bool:
     """Ask for an allocation cycle soon; call it in ``transaction.on_commit`` after a write.
 
     Debounced: at most one ``run_cycle`` is queued per ``REQUEST_WINDOW_S`` (the cache's atomic
-    ``add`` decides which caller queues it). Returns whether this call queued one. A broker that
-    cannot be reached is logged, not raised: the user's change is already committed and the next
-    beat tick runs the cycle anyway.
+    ``add`` decides which caller queues it). Returns whether this call queued one. A broker
+    or cache that cannot be reached is logged, not raised: the user's change is already committed
+    and the next beat tick runs the cycle anyway.
     """
-    if not cache.add(REQUEST_DEBOUNCE_KEY, 1, timeout=REQUEST_WINDOW_S):
+    try:
+        if not cache.add(REQUEST_DEBOUNCE_KEY, 1, timeout=REQUEST_WINDOW_S):
+            return False
+    except Exception:  # the cache (Redis) is down: raising here would answer 500 for a stored job
+        log.exception("could not reach the cache to request an allocation cycle; beat will run it")
         return False
     try:
         # A request nobody picked up within a minute is superseded by beat's ticks: drop it

@@ -1,0 +1,93 @@
+"""The faults the chaos run found, each reproduced on its own (without the whole chaos run).
+
+1. Redis restarting: a submission was stored, but the client got a 500 because asking for a
+   cycle (the cache's debounce key, in Redis) raised after the commit; a client that retries
+   then submits twice. Now the request is logged and dropped: beat runs the cycle anyway.
+2. PostgreSQL restarting: the web's kept-alive connections (CONN_MAX_AGE) were dead, and the
+   first request of each web thread after the restart failed with a 500. Now Django checks a
+   kept connection before a request reuses it (CONN_HEALTH_CHECKS).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+from django.conf import settings
+from django.db import close_old_connections, connection
+from django.test import override_settings
+from rest_framework.test import APIClient
+
+from allocations import tasks
+from allocations.models import Job
+from tests.conftest import Personas
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on: connecting to it is refused at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def redis_down() -> Iterator[None]:
+    """The cache is a Redis that does not answer (a real refused connection, not a mock)."""
+    unreachable = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{closed_port()}/0",
+        }
+    }
+    # override_settings drops the cache handlers (Django's setting_changed receiver).
+    with override_settings(CACHES=unreachable):
+        yield
+
+
+def test_request_cycle_while_redis_is_down_is_dropped_not_raised(redis_down: None) -> None:
+    assert tasks.request_cycle() is False
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_submitted_while_redis_restarts_is_stored_and_answered_201(
+    personas: Personas, redis_down: None
+) -> None:
+    client = APIClient()
+    client.force_authenticate(personas.member)
+
+    answer = client.post(
+        "/api/v1/jobs/",
+        {"team": "team-a", "name": "during-redis-restart", "instance_type": "ml.p5.48xlarge",
+         "gpus": 8, "command": "sleep 5", "requested_duration": 5},
+        format="json",
+    )  # fmt: skip
+
+    assert answer.status_code == 201, answer.content
+    assert Job.objects.filter(name="during-redis-restart").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_request_after_postgresql_dropped_the_kept_connection_is_served() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL ends connections on restart; SQLite has none to end")
+    assert settings.DATABASES["default"]["CONN_MAX_AGE"] > 0  # connections are kept between requests
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    # What a restart does to every kept connection: the server ends it.
+    import psycopg
+
+    dsn = settings.DATABASES["default"]
+    with psycopg.connect(
+        host=dsn["HOST"], port=dsn["PORT"] or 5432, user=dsn["USER"], dbname="postgres", autocommit=True
+    ) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+    try:
+        close_old_connections()  # what Django runs as each request starts
+        with connection.cursor() as cursor:  # the request's first query
+            cursor.execute("SELECT 1")
+            assert cursor.fetchone() == (1,)
+    finally:
+        connection.close()  # whatever happened, the test database's flush gets a live connection
