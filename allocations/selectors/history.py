@@ -34,6 +34,7 @@ from django.db.models import (
 
 from allocations.charts import WAIT_BINS, iso
 from allocations.models import (
+    ANY_PREEMPTION,
     CapacityMinute,
     CapacityRollup,
     Job,
@@ -356,12 +357,9 @@ def preemption_points(
     """Preemptions per point by reason, of all teams (or the chosen ones). One query, over
     the rows that counted any (most rows count none)."""
     columns = list(PREEMPTION_FIELDS.values())
-    any_preempted = Q()
-    for column in columns:
-        any_preempted |= Q(**{f"{column}__gt": 0})
     inner = (
-        _filtered(_team_rows(window), instance_type_ids, team_ids)
-        .filter(any_preempted)
+        # The same condition as the partial indexes, so that PostgreSQL uses them.
+        _filtered(_team_rows(window).filter(ANY_PREEMPTION), instance_type_ids, team_ids)
         .values(_time_column(window))
         .annotate(**{column: Sum(column) for column in columns})
         .order_by()
