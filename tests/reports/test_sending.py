@@ -75,14 +75,17 @@ def test_concurrent_senders_send_each_report_once(week_of_history, smtp, no_char
     results = []
 
     def send() -> None:
-        results.append(weekly_reports_send(week=week(), now=NOW))
-        connection.close()
+        try:
+            results.append(weekly_reports_send(week=week(), now=NOW))
+        finally:
+            connection.close()  # this thread's own connection
 
     threads = [threading.Thread(target=send) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert len(results) == 3, "a sender raised"
     assert len(smtp.received) == 4
     assert sum(len(r.sent) for r in results) == 4
     assert ReportDelivery.objects.count() == 4
