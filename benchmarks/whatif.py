@@ -48,6 +48,23 @@ class EngineClock:
             self.seconds += time.perf_counter() - t0
 
 
+class Ticker:
+    """Prints how far a replay got, at most every 30 s: a long run says its pace as it goes."""
+
+    def __init__(self, name: str, engine: EngineClock) -> None:
+        self.name, self.engine = name, engine
+        self.started = self.last = time.perf_counter()
+
+    def __call__(self, now: float, end: float | None, done: int, total: int) -> None:
+        if time.perf_counter() - self.last < 30:
+            return
+        self.last = time.perf_counter()
+        print(
+            f"  {self.name}: {100 * now / (end or 1):5.1f}% of the window, {done:,}/{total:,} jobs done after "
+            f"{self.last - self.started:6.0f} s ({self.engine.seconds:6.0f} s in the engine)"
+        )
+
+
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -139,13 +156,19 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         db = args.db or Path(tmp) / "whatif-bench.sqlite3"
-        if db.exists():
-            db.unlink()
+        reuse = db.exists()
         setup_django(db)
-        started = time.perf_counter()
-        window_start, window_end = write_history(args.jobs, args.teams, args.days, args.seed)
-        print(f"history written: {args.jobs:,} jobs, {args.teams} teams, {NODES} nodes "
-              f"in {time.perf_counter() - started:.1f} s")  # fmt: skip
+        if reuse:  # a database written by an earlier run with --db: the same history
+            from allocations.models import Job
+
+            window_end = Job.objects.order_by("-submitted_at").values_list("submitted_at", flat=True)[0]
+            window_start = window_end - timedelta(days=args.days)
+            print(f"history reused from {db}: {Job.objects.count():,} jobs")
+        else:
+            started = time.perf_counter()
+            window_start, window_end = write_history(args.jobs, args.teams, args.days, args.seed)
+            print(f"history written: {args.jobs:,} jobs, {args.teams} teams, {NODES} nodes "
+                  f"in {time.perf_counter() - started:.1f} s")  # fmt: skip
 
         from allocations.engine import allocate
         from allocations.models import InstanceType
@@ -181,7 +204,7 @@ def main() -> int:
             t0 = time.perf_counter()
             engine = EngineClock(allocate)
             recorder = figures.ReasonRecorder(engine)
-            result = Replay(scenario, allocate=recorder).run()
+            result = Replay(scenario, allocate=recorder, progress=Ticker(entry["name"], engine)).run()
             recorder.finish(result.end_time)
             shown, _jobs = figures.figures(result, scenario, prices, recorder)
             t_lab = time.perf_counter() - t0
