@@ -357,3 +357,16 @@ def test_team_totals_from_whole_periods_equal_the_sums_of_the_windows_rows(perso
         for k in fields:
             assert totals[team][f"{k}_gpu_hours"] == pytest.approx((expected[k] or 0) / 60), (team, k)
     assert totals["team-b"]["borrowed_gpu_hours"] > 0 and totals["team-a"]["lent_gpu_hours"] > 0
+
+
+def test_dashboards_without_any_history_yet_say_so(personas) -> None:  # type: ignore[no-untyped-def]
+    client = _client(personas.cluster_admin)
+    for url in (
+        reverse("allocations:dashboard_cluster_data"),
+        reverse("allocations:dashboard_team_data", kwargs={"team": "team-a"}),
+    ):
+        for chart in client.get(url, {"range": "1y"}).json()["charts"]:
+            if chart["key"] != "wait_time":  # its bins are always there, at 0
+                assert chart["points"] == 0, (url, chart["key"])
+                assert chart["figure"]["layout"]["annotations"][0]["text"] == "No data in this range"
+    assert client.get(reverse("allocations:dashboard_cluster")).status_code == 200
