@@ -147,7 +147,7 @@ class Command(BaseCommand):
         parser.add_argument("--days", type=int, default=90, help="Days of history to write (default 90)")
         parser.add_argument("--seed", type=int, default=6, help="Random seed (same seed, same history)")
         parser.add_argument(
-            "--old-step", type=int, default=15, help="Minutes per step before the minute-sample window"
+            "--old-step", type=int, default=30, help="Minutes per step before the minute-sample window"
         )
         parser.add_argument("--no-jobs", action="store_true", help="Do not write finished jobs")
 
