@@ -187,6 +187,7 @@ AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5)  # failed logins per usern
 AXES_COOLOFF_TIME = env_int("AXES_COOLOFF_MINUTES", 15) / 60  # hours; then the lockout lifts by itself
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False  # no banner on every manage.py command; lockouts are still logged
 # Behind a load balancer, set AXES_IPWARE_META_PRECEDENCE_ORDER (docs/security.md) so that the
 # client's address, not the balancer's, is counted.
 LOGIN_URL = "login"
