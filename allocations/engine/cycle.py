@@ -53,9 +53,17 @@ def allocate(snapshot: Snapshot, now: float) -> Plan:
     return _Cycle(snapshot, now).run()
 
 
+def allocate_plainly(snapshot: Snapshot, now: float) -> Plan:
+    """The same cycle without its shortcuts (the remembered decisions of twin jobs, the
+    remembered failed searches and the bounds tested before a search). It must give the same
+    plan as ``allocate``; the tests check that it does."""
+    return _Cycle(snapshot, now, shortcuts=False).run()
+
+
 class _Cycle:
-    def __init__(self, snapshot: Snapshot, now: float) -> None:
-        self.state = CycleState(snapshot, now)
+    def __init__(self, snapshot: Snapshot, now: float, shortcuts: bool = True) -> None:
+        self.shortcuts = shortcuts
+        self.state = CycleState(snapshot, now, shortcuts)
         self.now = now
         self.judge = NeverFitJudge(snapshot)
         self.fair_share = snapshot.policy.idle_allocation == IdleAllocation.FAIR_SHARE
@@ -116,7 +124,7 @@ class _Cycle:
         shape: tuple[object, ...] = (rec.team.index, rec.ts.name, rec.gpus, rec.priority, eligible)
         if rec.team.team.preempt_team_tasks == PreemptTeamTasks.LOWER_OR_NEWER_EQUAL_PRIORITY:
             shape += rec.order_key  # its candidates depend on its submit time too
-        seen = self.remembered.get(shape)
+        seen = self.remembered.get(shape) if self.shortcuts else None
         if seen is not None and seen[0] == self.epoch:
             self._wait(rec, seen[1])
             return set()
@@ -129,7 +137,8 @@ class _Cycle:
             within = rec.tt.usage + rec.gpus <= rec.tt.quota
             search = (shape, within)
             epoch = state.preempt_epoch[rec.ts.name]
-            victims = None if self.searched.get(search) == epoch else find_victims(state, rec)
+            skip = self.shortcuts and self.searched.get(search) == epoch
+            victims = None if skip else find_victims(state, rec)
             if victims is not None:
                 changed = {rec.team}
                 for victim, reason in victims:

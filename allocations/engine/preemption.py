@@ -103,15 +103,22 @@ def _freeable(lists: list[tuple[TeamState, list[JobRecord]]], it: str) -> int:
     return total
 
 
-def _cannot_free_enough(state: CycleState, rec: JobRecord, freeable: int) -> bool:
+def _cannot_free_enough(state: CycleState, rec: JobRecord, own_gpus: int, others_freeable: int) -> bool:
     """Cheap necessary test before a search: every victim frees at most its GPUs of capacity
-    and of pool, so if the shortfall of either exceeds ``freeable`` no set of victims works."""
+    and of pool, so if the shortfall of either exceeds what the candidates hold no set of
+    victims works. The pool is no constraint when the job fits in its team's kept part, as it
+    may once its own team's candidates are gone."""
+    if not state.shortcuts:
+        return False
     tt, ts, g = rec.tt, rec.ts, rec.gpus
+    freeable = own_gpus + others_freeable
+    if ts.running + g - ts.capacity > freeable:
+        return True
     kept = tt.kept
+    if tt.usage + g - own_gpus <= kept:
+        return False
     above = max(0, tt.usage + g - kept) - max(0, tt.usage - kept)
-    pool_short = above - state.pool_available(tt, ts)
-    capacity_short = ts.running + g - ts.capacity
-    return max(pool_short, capacity_short) > freeable
+    return above - state.pool_available(tt, ts) > freeable
 
 
 def _reclaim_threshold(rec: JobRecord) -> int | None:
@@ -291,14 +298,14 @@ def _team_limit_hopeless(rec: JobRecord, own: list[JobRecord], within_quota: boo
 
 
 def _placement_hopeless(
-    rec: JobRecord, own: list[JobRecord], others: list[tuple[TeamState, list[JobRecord]]]
+    state: CycleState, rec: JobRecord, own: list[JobRecord], others: list[tuple[TeamState, list[JobRecord]]]
 ) -> bool:
     """Cheap necessary test of node placement: even with every candidate that could go gone,
     no ready node would have room (or, for a multi-node job, too few nodes would be whole and
     free). Another team gives at most ``_freeable`` GPUs, which bounds its gain on any node."""
     placement = rec.ts.placement
     g = rec.gpus
-    if placement.can_place(g):
+    if not state.shortcuts or placement.can_place(g):
         return False
     it = rec.ts.name
     index = placement.index
@@ -337,9 +344,8 @@ def _first_come_first_serve(state: CycleState, rec: JobRecord) -> Victims | None
     own_pairs = [(c, PreemptionReason.IN_TEAM) for c in own]
     if not _team_limit_hopeless(rec, own, within_quota=True):
         others = _other_lists(state, rec, _reclaim_threshold(rec))
-        if not _cannot_free_enough(state, rec, own_gpus + _freeable(others, it)) and not _placement_hopeless(
-            rec, own, others
-        ):
+        enough = not _cannot_free_enough(state, rec, own_gpus, _freeable(others, it))
+        if enough and not _placement_hopeless(state, rec, own, others):
             victims = _minimal(
                 state, rec, [*_merged(others, PreemptionReason.RECLAIM), *own_pairs], within_quota=True
             )
@@ -352,9 +358,9 @@ def _first_come_first_serve(state: CycleState, rec: JobRecord) -> Victims | None
     if _team_limit_hopeless(rec, own, within_quota=False):
         return None
     others_b = _other_lists(state, rec, rec.priority, team.preempt_while_borrowing_max_priority)
-    if _cannot_free_enough(state, rec, own_gpus + _freeable(others_b, it)):
+    if _cannot_free_enough(state, rec, own_gpus, _freeable(others_b, it)):
         return None
-    if _placement_hopeless(rec, own, others_b):
+    if _placement_hopeless(state, rec, own, others_b):
         return None
     return _minimal(
         state,
@@ -398,12 +404,13 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
         usage_min = tt.usage - own_gpus
         extra = max(0, usage_min + rec.gpus - tt.quota) - max(0, tt.usage - tt.quota)
         floor = share_key(own_team.borrowed + extra, own_team.weight, state.pool_total)
-        others = [(team, cands) for team, cands in others if state.share(team) >= floor]
+        if state.shortcuts:
+            others = [(team, cands) for team, cands in others if state.share(team) >= floor]
     if not own and not others:
         return None
-    if _cannot_free_enough(state, rec, own_gpus + _freeable(others, it)):
+    if _cannot_free_enough(state, rec, own_gpus, _freeable(others, it)):
         return None
-    if _placement_hopeless(rec, own, others):
+    if _placement_hopeless(state, rec, own, others):
         return None
     lists: dict[int, tuple[TeamState, list[JobRecord]]] = {
         team.index: (team, cands) for team, cands in others

@@ -200,8 +200,10 @@ def victim_key(priority: int, job: Job) -> tuple[int, float, int, int, str]:
 class CycleState:
     """Mutable accounting for one cycle."""
 
-    def __init__(self, snapshot: Snapshot, now: float) -> None:
+    def __init__(self, snapshot: Snapshot, now: float, shortcuts: bool = True) -> None:
         self.snapshot = snapshot
+        # Off: no necessary-condition bounds before preemption searches (tests compare both).
+        self.shortcuts = shortcuts
         self.now = now
         self.policy = snapshot.policy
         self.fair_share = self.policy.idle_allocation == IdleAllocation.FAIR_SHARE

@@ -1,0 +1,137 @@
+"""The cycle's shortcuts change its speed, never its plan.
+
+``allocate`` skips what cannot change (a twin of a job that could not start, a preemption search
+that failed with nothing relevant changed since, searches that bounds show hopeless) and does
+its searches as dry runs. ``allocate_plainly`` runs the same cycle without those shortcuts; on
+busy random clusters, where twins, failed searches and preemptions abound, both must give the
+same plan.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from allocations.engine import (
+    ClusterPolicy,
+    IdleAllocation,
+    InstanceType,
+    Job,
+    Node,
+    PreemptTeamTasks,
+    PriorityClass,
+    Queueing,
+    Quota,
+    Reclaim,
+    Snapshot,
+    TaskRanking,
+    Team,
+    allocate,
+)
+from allocations.engine.cycle import allocate_plainly
+
+CLASSES = (PriorityClass("low", 10), PriorityClass("mid", 20), PriorityClass("high", 30))
+
+
+def busy_cluster(rng: random.Random, policy: ClusterPolicy) -> Snapshot:
+    """Two instance types, quotas near capacity, nodes nearly full of jobs of random teams (so
+    some teams borrow a lot), and many pending jobs of few shapes."""
+    types = (InstanceType("big", 8), InstanceType("small", 4))
+    nodes = [
+        Node(f"{it.name}-{k:02d}", it.name, it.gpus_per_node, rng.random() > 0.05)
+        for it in types
+        for k in range(rng.randint(3, 12))
+    ]
+    capacity = {it.name: sum(n.gpus for n in nodes if n.instance_type == it.name) for it in types}
+    n_teams = rng.randint(2, 7)
+    teams = []
+    for k in range(n_teams):
+        quotas = {
+            it.name: Quota(
+                quota=int(capacity[it.name] * rng.uniform(0.5, 1.1) / n_teams),
+                lend_limit=rng.choice([None, None, 0, 2]),
+                borrow_limit_percent=rng.choice([0, 50, 100, 300]),
+                borrow_unlimited=rng.random() < 0.3,
+            )
+            for it in types
+        }
+        teams.append(
+            Team(
+                name=f"t{k}",
+                quotas=quotas,
+                fair_share_weight=rng.choice([0, 1, 1, 2, 3]),
+                reclaim=rng.choice([Reclaim.ANY, Reclaim.ANY, Reclaim.LOWER_PRIORITY, Reclaim.NEVER]),
+                preempt_team_tasks=rng.choice(list(PreemptTeamTasks)),
+            )
+        )
+    free = {n.name: n.gpus for n in nodes if n.ready}
+    jobs: list[Job] = []
+    for k in range(rng.randint(10, 120)):
+        it = rng.choice(types)
+        gpus = rng.choice([1, 1, 2, 4])
+        fitting = [n for n in nodes if n.instance_type == it.name and free.get(n.name, 0) >= gpus]
+        if not fitting:
+            continue
+        node = min(fitting, key=lambda n: (free[n.name], n.name))
+        free[node.name] -= gpus
+        jobs.append(
+            Job(
+                id=f"r{k}",
+                team=rng.choice(teams).name,
+                instance_type=it.name,
+                gpus=gpus,
+                submit_time=-1000.0,
+                seq=k,
+                priority_class=rng.choice([None, "low", "mid", "high"]),
+                nodes=((node.name, gpus),),
+                started_at=float(-rng.randrange(500)),
+                preemptions=rng.choice([0, 0, 1]),
+                last_preempted_at=-0.5,
+            )
+        )
+    for k in range(rng.randint(20, 250)):
+        it = rng.choice(types)
+        jobs.append(
+            Job(
+                id=f"p{k}",
+                team=rng.choice(teams).name,
+                instance_type=it.name,
+                gpus=rng.choice([1, 2, 4, it.gpus_per_node, 2 * it.gpus_per_node]),
+                submit_time=float(rng.randrange(-50, 0)),
+                seq=1000 + k,
+                priority_class=rng.choice([None, "low", "mid", "high"]),
+                preemptions=rng.choice([0, 0, 0, 2]),
+                last_preempted_at=-1.0,
+            )
+        )
+    return Snapshot(types, tuple(nodes), tuple(teams), policy, tuple(jobs))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    idle=st.sampled_from(list(IdleAllocation)),
+    ranking=st.sampled_from(list(TaskRanking)),
+    queueing=st.sampled_from(list(Queueing)),
+    share_unallocated=st.booleans(),
+)
+def test_shortcuts_never_change_the_plan(
+    seed: int, idle: IdleAllocation, ranking: TaskRanking, queueing: Queueing, share_unallocated: bool
+) -> None:
+    policy = ClusterPolicy(idle, ranking, share_unallocated, queueing, CLASSES)
+    snapshot = busy_cluster(random.Random(seed), policy)
+    assert allocate(snapshot, 0.0) == allocate_plainly(snapshot, 0.0)
+
+
+def test_busy_clusters_exercise_preemption() -> None:
+    """The generator is busy enough for the comparison above to mean something."""
+    preempted = 0
+    for seed in range(20):
+        for idle in IdleAllocation:
+            plan = allocate(
+                busy_cluster(random.Random(seed), ClusterPolicy(idle, priority_classes=CLASSES)), 0.0
+            )
+            preempted += len(plan.preemptions)
+    assert preempted > 20
