@@ -14,7 +14,6 @@ the same scheduling cycle); the next cycle at the same instant can preempt it.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
 
 from .ranking import ShareKey, share_key
 from .snapshot import (
@@ -259,29 +258,40 @@ def _fill_back(state: CycleState, rec: JobRecord, taken: Victims, within_quota: 
 def _minimal(
     state: CycleState,
     rec: JobRecord,
-    candidates: Iterable[tuple[JobRecord, PreemptionReason]],
+    others: list[tuple[TeamState, list[JobRecord]]],
+    other_reason: PreemptionReason,
+    own: list[JobRecord],
     within_quota: bool,
 ) -> Victims | None:
-    """Kueue's ``minimalPreemptions``: take in order until the preemptor fits, then fill back.
-    Another team's job is skipped once that team is no longer above its quota."""
+    """Kueue's ``minimalPreemptions`` under first-come-first-serve: other teams' candidates as
+    one group in preemption order, then the own team's; take until the preemptor fits, then
+    fill back. A team's jobs stop being candidates once it is no longer above its quota (it
+    cannot rise above it again during the search), so its remaining jobs are not even visited.
+    """
     trial = Trial(state, rec)
     taken: Victims = []
-    for cand, reason in candidates:
-        if cand.team is not rec.team and not trial.still_borrowing(cand):
-            continue
+    heap = [(cands[0].victim_key, n) for n, (_, cands) in enumerate(others)]
+    heapq.heapify(heap)
+    cursor = [0] * len(others)
+    while heap:
+        n = heapq.heappop(heap)[1]
+        cands = others[n][1]
+        cand = cands[cursor[n]]
+        if not trial.still_borrowing(cand):
+            continue  # the whole team is done
+        cursor[n] += 1
+        if cursor[n] < len(cands):
+            heapq.heappush(heap, (cands[cursor[n]].victim_key, n))
         trial.take(cand)
-        taken.append((cand, reason))
+        taken.append((cand, other_reason))
+        if trial.fits(within_quota):
+            return _commit(state, rec, taken, within_quota)
+    for cand in own:
+        trial.take(cand)
+        taken.append((cand, PreemptionReason.IN_TEAM))
         if trial.fits(within_quota):
             return _commit(state, rec, taken, within_quota)
     return None
-
-
-def _merged(
-    lists: list[tuple[TeamState, list[JobRecord]]], reason: PreemptionReason
-) -> Iterator[tuple[JobRecord, PreemptionReason]]:
-    """Other teams' candidates as one group, in preemption order (first-come-first-serve)."""
-    for cand in heapq.merge(*(cands for _, cands in lists), key=lambda r: r.victim_key):
-        yield cand, reason
 
 
 def _team_limit_hopeless(rec: JobRecord, own: list[JobRecord], within_quota: bool) -> bool:
@@ -341,14 +351,11 @@ def _first_come_first_serve(state: CycleState, rec: JobRecord) -> Victims | None
     within = tt.usage + rec.gpus <= tt.quota
     own = own_candidates(rec)
     own_gpus = sum(c.gpus for c in own)
-    own_pairs = [(c, PreemptionReason.IN_TEAM) for c in own]
     if not _team_limit_hopeless(rec, own, within_quota=True):
         others = _other_lists(state, rec, _reclaim_threshold(rec))
         enough = not _cannot_free_enough(state, rec, own_gpus, _freeable(others, it))
         if enough and not _placement_hopeless(state, rec, own, others):
-            victims = _minimal(
-                state, rec, [*_merged(others, PreemptionReason.RECLAIM), *own_pairs], within_quota=True
-            )
+            victims = _minimal(state, rec, others, PreemptionReason.RECLAIM, own, within_quota=True)
             if victims is not None:
                 return victims
     if within:  # only attempt (a) applies
@@ -362,12 +369,7 @@ def _first_come_first_serve(state: CycleState, rec: JobRecord) -> Victims | None
         return None
     if _placement_hopeless(state, rec, own, others_b):
         return None
-    return _minimal(
-        state,
-        rec,
-        [*_merged(others_b, PreemptionReason.RECLAIM_WHILE_BORROWING), *own_pairs],
-        within_quota=False,
-    )
+    return _minimal(state, rec, others_b, PreemptionReason.RECLAIM_WHILE_BORROWING, own, within_quota=False)
 
 
 def _rule_a_room(state: CycleState, borrowed: int, team: TeamState, mine: ShareKey) -> int:
