@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Move the tests marked ``chaos`` to the end of the session, keeping their order."""
     chaos = [item for item in items if item.get_closest_marker("chaos")]

@@ -711,10 +711,12 @@ def _settle(args: argparse.Namespace) -> dict[str, Any]:
     disagreements: list[str] = []
     checked = 0
     settle_cycles = 0
+    last: list[str] = []
     for _ in range(args.tries):
         run = run_allocation_cycle(trigger="chaos-settle")
         settle_cycles += 1
         if run is None or not run.ok or run.corrections:
+            last = ["no cycle: the lock is taken"] if run is None else [*run.notes, *run.errors.splitlines()]
             time.sleep(2)
             continue
         disagreements, checked = _disagreements(args.prefix)
@@ -722,7 +724,7 @@ def _settle(args: argparse.Namespace) -> dict[str, Any]:
             break
         time.sleep(2)
     else:
-        disagreements = disagreements or ["the loop never settled: every settle cycle corrected something"]
+        disagreements = disagreements or [f"the loop never settled; its last cycle: {last[:10]}"]
     events = JobEvent.objects.order_by("id").values_list("id", "job_id", "kind", "preemptor_id", "at")
     history = history_violations((i, j, k, p, at.isoformat()) for i, j, k, p, at in events)
     runs = CycleRun.objects.exclude(trigger="chaos-settle")

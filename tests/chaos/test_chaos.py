@@ -170,9 +170,12 @@ def test_jobs_survive_killed_workers_and_restarted_services(installation: Instal
         stop.set()
         for thread in threads:
             thread.join(60)
-    # Everything is back: the workers and beat settle what is left, then stop for the checks.
+    # Everything is back: the workers and beat must run cycles again by themselves (the settle
+    # step below runs its own, which would hide a loop that stays stuck after the faults).
     driver.start_slurmctld()
     wait_for_web(client)
+    last_before = chaos.latest_cycle()
+    recovered = driver.wait_until(lambda: chaos.latest_cycle() > last_before, 90)
     chaos.stop_all()
     stop_file.touch()
     watcher.wait(120)
@@ -189,7 +192,7 @@ def test_jobs_survive_killed_workers_and_restarted_services(installation: Instal
         f"\n  job states: {report['jobs_by_state']}; events: {report['events_by_kind']}"
         f"\n  cycles: {report['cycles']} ({report['cycles_ok']} ok, {report['cycles_outage']} backend outage),"
         f" {report['started']} starts, {report['preempted']} preemptions, {report['corrections']} corrections;"
-        f" {report['settle_cycles']} settle cycle(s)"
+        f" {report['settle_cycles']} settle cycle(s); the workers ran cycles after the faults: {recovered}"
         f"\n  cycle errors: {report['cycle_errors']}"
         f"\n  invariants checked after {watched['states_checked']} cycles"
         f" ({watched['database_errors']} reads lost to the outage); {tally.slurm_samples} Slurm samples"
@@ -204,6 +207,7 @@ def test_jobs_survive_killed_workers_and_restarted_services(installation: Instal
 
     assert faults["kill-worker"] == KILLS and all(faults.values()), faults
     assert report["cycles_ok"] > 0 and report["started"] > 0, report
+    assert recovered, "no cycle ran after the last fault: the workers or beat did not recover"
     assert watched["states_checked"] > 0, watched
     assert not watched["problems"], watched["problems"][:20]
     assert not tally.slurm_problems, tally.slurm_problems[:20]
@@ -221,10 +225,14 @@ def test_jobs_survive_killed_workers_and_restarted_services(installation: Instal
     # While PostgreSQL itself is down nothing can be read or stored: those answers are errors
     # (see the report: they should be a 503 saying so); outside that window there is none.
     outage = [(at, done + 2) for at, done, what in fault_log if what == "restart-postgres"]
+    # Known and reproduced in test_faults_found.py (xfail until selectors/estimates.py is fixed):
+    # the queue page's start estimates need the cache, so it fails while Redis restarts.
+    redis_outage = [(at, done + 2) for at, done, what in fault_log if what == "restart-redis"]
     unexpected = [
         (round(at - began, 1), what, status, body[:200])
         for at, what, status, body in tally.failures
         if not any(start <= at <= end for start, end in outage)
+        and not (what == "queue page" and any(start <= at <= end for start, end in redis_outage))
     ]
     assert not unexpected, unexpected
 
