@@ -110,3 +110,8 @@ def page(browser: Any) -> Iterator[Any]:
     page = context.new_page()
     yield page
     context.close()
+    # ORM calls made while Playwright's sync API runs (it switches greenlets) may open a
+    # connection of their own; close it, or PostgreSQL's test database cannot be dropped.
+    from django.db import connections
+
+    connections.close_all()

@@ -3,7 +3,6 @@ unsubscribe link works in one click plus a confirmation, without signing in."""
 
 from __future__ import annotations
 
-import os
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,27 +15,22 @@ from allocations.models import Membership
 from allocations.reports.weeks import Week
 from allocations.services.reports import weekly_reports_send
 from tests.conftest import require_service
-from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS, TIMEOUT_MS, login
+from tests.e2e.conftest import TIMEOUT_MS, login
 
 pytestmark = [pytest.mark.e2e]
 
 
 @pytest.fixture
-def page() -> Any:
-    require_service(CHROMIUM.exists(), f"Chromium at {CHROMIUM}")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"  # Playwright's sync API runs an event loop
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 900, "height": 900})
-        context.set_default_timeout(TIMEOUT_MS)
-        yield context.new_page()
-        # ORM calls made while Playwright's sync API runs (it switches greenlets) open a
-        # connection of their own; close it here, or PostgreSQL's test database cannot be
-        # dropped when this is the session's last test.
-        connections.close_all()
-        browser.close()
+def page(browser: Any) -> Any:
+    """The session's browser, in a page as narrow as a mail client's reading pane."""
+    context = browser.new_context(viewport={"width": 900, "height": 900})
+    context.set_default_timeout(TIMEOUT_MS)
+    yield context.new_page()
+    context.close()
+    # ORM calls made while Playwright's sync API runs (it switches greenlets) open a
+    # connection of their own; close it here, or PostgreSQL's test database cannot be
+    # dropped when this is the session's last test.
+    connections.close_all()
 
 
 def test_preview_draws_the_charts_and_the_unsubscribe_link_works(
