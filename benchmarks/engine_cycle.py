@@ -13,6 +13,7 @@ during one more, separate, cycle.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import random
 import sys
@@ -22,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from allocations.engine import (  # noqa: E402
+from allocations.engine import (
     ClusterPolicy,
     IdleAllocation,
     InstanceType,
@@ -42,10 +43,86 @@ CLASSES = (PriorityClass("batch", 10), PriorityClass("training", 50), PriorityCl
 TYPES = ("ml.p5.48xlarge", "ml.p4d.24xlarge")
 
 
-def build(pending: int, running: int, teams: int, nodes: int, mode: IdleAllocation, seed: int = 7) -> Snapshot:
-    """A busy cluster: two instance types, quotas at 90% of capacity, the nodes nearly full."""
+def settled(
+    pending: int, running: int, teams: int, nodes: int, mode: IdleAllocation, seed: int = 7
+) -> Snapshot:
+    """A busy cluster at rest, the cycle the Celery loop runs all day.
+
+    About 1.3 x ``running`` jobs are offered to an empty cluster and cycles run (at time -1)
+    until nothing changes, so the running jobs respect quotas, lending and limits and the jobs
+    left over wait for a reason. The backlog is those left over plus later twins of them (same
+    team and shape) up to ``pending`` jobs; then 1% of the running jobs finish, so the timed
+    cycle at time 0 has a little to do."""
+    base = build(0, 0, teams, nodes, mode, seed)
+    rng = random.Random(seed + 1)
+    team_names = [t.name for t in base.teams]
+    offered = int(running * 1.3)
+    jobs = tuple(
+        _pending_job(rng, f"r{k:06d}", team_names, -3600.0, k, sizes=(1, 1, 2, 2, 4)) for k in range(offered)
+    )
+    snapshot = dataclasses.replace(base, jobs=jobs)
+    for _ in range(30):
+        plan = allocate(snapshot, -1.0)
+        by_id = {j.id: j for j in snapshot.jobs}
+        for p in plan.preemptions:
+            job = by_id[p.job_id]
+            by_id[p.job_id] = dataclasses.replace(
+                job, nodes=(), started_at=None, preemptions=job.preemptions + 1, last_preempted_at=-1.0
+            )
+        for st in plan.starts:
+            by_id[st.job_id] = dataclasses.replace(by_id[st.job_id], nodes=st.nodes, started_at=-1.0)
+        snapshot = dataclasses.replace(snapshot, jobs=tuple(by_id.values()))
+        if not plan.starts and not plan.preemptions:
+            break
+    on_nodes = [j for j in snapshot.jobs if j.nodes]
+    waiting = [j for j in snapshot.jobs if not j.nodes]
+    still = [j for j in on_nodes if rng.random() >= 0.01]
+    backlog = list(waiting)
+    k = 0
+    while len(backlog) < pending and waiting:
+        twin = waiting[k % len(waiting)]
+        backlog.append(
+            dataclasses.replace(
+                twin,
+                id=f"p{k:06d}",
+                submit_time=-600.0 + k * 1e-3,
+                seq=offered + k,
+                preemptions=0,
+                last_preempted_at=None,
+            )
+        )
+        k += 1
+    return dataclasses.replace(snapshot, jobs=tuple(still + backlog[:pending]))
+
+
+def _pending_job(
+    rng: random.Random,
+    job_id: str,
+    teams: list[str],
+    since: float,
+    seq: int,
+    sizes: tuple[int, ...] = (1, 1, 2, 4, 8, 16),
+) -> Job:
+    return Job(
+        id=job_id,
+        team=rng.choice(teams),
+        instance_type=rng.choice(TYPES),
+        gpus=rng.choice(sizes),
+        submit_time=since + rng.randrange(600),
+        seq=seq,
+        priority_class=rng.choice([None, "batch", "training", "inference"]),
+    )
+
+
+def build(
+    pending: int, running: int, teams: int, nodes: int, mode: IdleAllocation, seed: int = 7
+) -> Snapshot:
+    """A reclaim storm: the running jobs belong to random teams, whatever their quotas, so half
+    the teams borrow far beyond what the policy would allow and the new jobs reclaim."""
     rng = random.Random(seed)
-    node_list = [Node(f"n{k:05d}", TYPES[k % 2], GPUS_PER_NODE, ready=rng.random() > 0.01) for k in range(nodes)]
+    node_list = [
+        Node(f"n{k:05d}", TYPES[k % 2], GPUS_PER_NODE, ready=rng.random() > 0.01) for k in range(nodes)
+    ]
     capacity = {it: sum(n.gpus for n in node_list if n.instance_type == it) for it in TYPES}
     team_list = []
     for k in range(teams):
@@ -133,26 +210,32 @@ def floor(snapshot: Snapshot) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="only the small cases")
     parser.add_argument("--repeat", type=int, default=3, help="best of N timings (default 3)")
+    parser.add_argument("--storm", action="store_true", help="also the reclaim-storm cases")
     args = parser.parse_args()
     grid = [
-        (1_000, 1_000, 20, 200),
-        (10_000, 1_000, 20, 200),
-        (10_000, 10_000, 200, 2_000),
+        ("settled", 1_000, 1_000, 20, 200),
+        ("settled", 10_000, 1_000, 20, 200),
+        ("settled", 10_000, 10_000, 200, 2_000),
     ]
     if not args.quick:
         grid += [
-            (100_000, 10_000, 200, 2_000),
-            (100_000, 10_000, 1_000, 2_000),
+            ("settled", 100_000, 10_000, 200, 2_000),
+            ("settled", 100_000, 10_000, 1_000, 2_000),
         ]
-    header = f"{'pending':>8} {'running':>8} {'teams':>6} {'nodes':>6} {'mode':<22} {'cycle s':>8} {'floor s':>8} {'ratio':>6} {'starts':>7} {'preempt':>7} {'peak MB':>8}"
+    if args.storm:
+        grid += [("storm", 1_000, 1_000, 20, 200), ("storm", 10_000, 1_000, 20, 200)]
+    header = f"{'cluster':<8} {'pending':>8} {'running':>8} {'teams':>6} {'nodes':>6} {'mode':<22} {'cycle s':>8} {'floor s':>8} {'ratio':>6} {'starts':>7} {'preempt':>7} {'peak MB':>8}"
     print(header)
     print("-" * len(header))
-    for pending, running, teams, nodes in grid:
+    for kind, pending, running, teams, nodes in grid:
         for mode in IdleAllocation:
-            snapshot = build(pending, running, teams, nodes, mode)
+            make = settled if kind == "settled" else build
+            snapshot = make(pending, running, teams, nodes, mode)
             plan = allocate(snapshot, 0.0)
             cycle = best_of(args.repeat, lambda s=snapshot: allocate(s, 0.0))
             base = best_of(args.repeat, lambda s=snapshot: floor(s))
@@ -162,7 +245,7 @@ def main() -> None:
             tracemalloc.stop()
             n_running = sum(1 for j in snapshot.jobs if j.nodes)
             print(
-                f"{pending:>8} {n_running:>8} {teams:>6} {nodes:>6} {mode.value:<22} {cycle:>8.3f} {base:>8.3f} "
+                f"{kind:<8} {pending:>8} {n_running:>8} {teams:>6} {nodes:>6} {mode.value:<22} {cycle:>8.3f} {base:>8.3f} "
                 f"{cycle / base:>6.1f} {len(plan.starts):>7} {len(plan.preemptions):>7} {peak / 2**20:>8.1f}",
                 flush=True,
             )

@@ -68,16 +68,20 @@ def own_candidates(rec: JobRecord) -> list[JobRecord]:
 
 
 def _other_lists(
-    state: CycleState, rec: JobRecord, allowed: int | None, max_priority: int | None = None
+    state: CycleState,
+    rec: JobRecord,
+    allowed: int | None,
+    max_priority: int | None = None,
+    min_share: ShareKey | None = None,
 ) -> list[tuple[TeamState, list[JobRecord]]]:
     """Other teams' candidates on the preemptor's instance type, from teams above their quota
     there; ``allowed``: only jobs of priority below it (None: any); ``max_priority``: and at
-    most that."""
+    most that; ``min_share``: only teams whose share is at least that."""
     it = rec.ts.name
     out: list[tuple[TeamState, list[JobRecord]]] = []
     for index in sorted(rec.ts.borrowers):
         team = state.team_list[index]
-        if team is rec.team:
+        if team is rec.team or (min_share is not None and state.share(team) < min_share):
             continue
         tt = team.per_type[it]
         if not tt.candidates or not tt.candidate_gpus_below(allowed):
@@ -399,15 +403,14 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
     if _team_limit_hopeless(rec, own, within_quota=False):
         return None
     own_gpus = sum(c.gpus for c in own)
-    others = _other_lists(state, rec, _reclaim_threshold(rec))
-    if not within:
+    floor: ShareKey | None = None
+    if not within and state.shortcuts:
         # Rules A and B both need the victim team's share at least the preemptor's (after
         # admission); own-team victims can lower the preemptor's share at most to ``floor``.
         usage_min = tt.usage - own_gpus
         extra = max(0, usage_min + rec.gpus - tt.quota) - max(0, tt.usage - tt.quota)
         floor = share_key(own_team.borrowed + extra, own_team.weight, state.pool_total)
-        if state.shortcuts:
-            others = [(team, cands) for team, cands in others if state.share(team) >= floor]
+    others = _other_lists(state, rec, _reclaim_threshold(rec), min_share=floor)
     if not own and not others:
         return None
     if _cannot_free_enough(state, rec, own_gpus, _freeable(others, it)):
