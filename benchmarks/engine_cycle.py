@@ -35,7 +35,6 @@ from allocations.engine import (
     Snapshot,
     Team,
     allocate,
-    job_priority,
 )
 
 GPUS_PER_NODE = 8
@@ -202,10 +201,10 @@ def best_of(repeat: int, fn: object) -> float:
 
 def floor(snapshot: Snapshot) -> None:
     """Sort the pending jobs by their queue order key: the least a cycle must do."""
-    policy = snapshot.policy
+    weights = {pc.name: pc.weight for pc in snapshot.policy.priority_classes}
     sorted(
         (j for j in snapshot.jobs if not j.nodes),
-        key=lambda j: (-job_priority(policy, j), j.submit_time, j.seq, j.id),
+        key=lambda j: (-weights.get(j.priority_class or "", 0), j.submit_time, j.seq, j.id),
     )
 
 

@@ -71,7 +71,11 @@ class _Cycle:
         self.pending: dict[str, PendingReason] = {}
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
+        # Each team's queue: its pending jobs sorted once, read through a cursor, plus a small
+        # heap of jobs preempted during the cycle that re-enter it (POLICY.md 3.1 order).
         self.queues: dict[int, list[QueueEntry]] = {}
+        self.cursor: dict[int, int] = {}
+        self.requeued: dict[int, list[QueueEntry]] = {}
         self.blocked: dict[int, str] = {}  # team index -> the blocking head's id
         self.heads: list[tuple[Any, ...]] = []
         self.epoch = 0  # bumped by every start, preemption and hold
@@ -83,6 +87,8 @@ class _Cycle:
         state = self.state
         for team in state.team_list:
             self.queues[team.index] = []
+            self.cursor[team.index] = 0
+            self.requeued[team.index] = []
         for rec in state.records:
             if rec.was_running:
                 continue
@@ -91,16 +97,37 @@ class _Cycle:
                 continue
             self.queues[rec.team.index].append((rec.order_key, rec))
         for queue in self.queues.values():
-            queue.sort(key=lambda e: e[0])  # a sorted list is a valid heap
+            queue.sort(key=lambda e: e[0])
+
+    def _head(self, index: int) -> JobRecord | None:
+        """The team's first pending job not yet decided in this cycle."""
+        queue, at, back = self.queues[index], self.cursor[index], self.requeued[index]
+        if back and (at >= len(queue) or back[0][0] < queue[at][0]):
+            return back[0][1]
+        return queue[at][1] if at < len(queue) else None
+
+    def _take_head(self, index: int) -> JobRecord:
+        queue, at, back = self.queues[index], self.cursor[index], self.requeued[index]
+        if back and (at >= len(queue) or back[0][0] < queue[at][0]):
+            return heapq.heappop(back)[1]
+        self.cursor[index] = at + 1
+        return queue[at][1]
+
+    def _left(self, index: int) -> list[JobRecord]:
+        """The team's jobs not decided in this cycle, in queue order."""
+        rest = self.queues[index][self.cursor[index] :] + self.requeued[index]
+        return [rec for _, rec in sorted(rest, key=lambda e: e[0])]
 
     # -- step 2 ------------------------------------------------------------------------
     def _offer(self, team: TeamState) -> None:
         """(Re-)enter the team's head in the competition (POLICY.md 3.2)."""
         team.version += 1
-        queue = self.queues.get(team.index)
-        if not queue or team.index in self.blocked or not team.team.active:
+        if team.index in self.blocked or not team.team.active:
             return
-        rec = queue[0][1]
+        head = self._head(team.index)
+        if head is None:
+            return
+        rec = head
         tt = rec.tt
         borrows = 1 if tt.usage + rec.gpus > tt.quota else 0
         if self.fair_share:
@@ -179,7 +206,7 @@ class _Cycle:
         for name in epochs if self.fair_share else (victim.ts.name,):
             epochs[name] += 1
         if victim.team.team.active:
-            heapq.heappush(self.queues[victim.team.index], (victim.order_key, victim))
+            heapq.heappush(self.requeued[victim.team.index], (victim.order_key, victim))
         else:
             self.pending[victim.job.id] = _inactive(victim)
         self.epoch += 1
@@ -196,8 +223,7 @@ class _Cycle:
             team = team_list[key[-2]]
             if key[-1] != team.version:
                 continue  # a stale entry: the team was re-ranked since
-            queue = self.queues[team.index]
-            _, rec = heapq.heappop(queue)
+            rec = self._take_head(team.index)
             changed = self._decide(rec)
             changed.add(team)
             for touched in sorted(changed, key=lambda t: t.index):
@@ -208,7 +234,7 @@ class _Cycle:
     def _finish(self) -> None:
         """Reasons for the jobs left behind a blocked head (strict FIFO)."""
         for index, head in sorted(self.blocked.items()):
-            for _, rec in sorted(self.queues[index], key=lambda e: e[0]):
+            for rec in self._left(index):
                 job = rec.job
                 unfit = self.judge.judge(job.team, job.instance_type, rec.gpus)
                 self.pending[job.id] = unfit or PendingReason(
