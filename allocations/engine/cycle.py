@@ -81,6 +81,7 @@ class _Cycle:
         self.epoch = 0  # bumped by every start, preemption and hold
         self.remembered: dict[tuple[object, ...], tuple[int, PendingReason]] = {}
         self.searched: dict[tuple[object, ...], int] = {}  # failed searches -> preempt epoch
+        self.last_shape: tuple[object, ...] | None = None  # the shape of the last job left waiting
 
     # -- step 1 ------------------------------------------------------------------------
     def _queues(self) -> None:
@@ -143,6 +144,7 @@ class _Cycle:
         """Start, preempt for, or leave pending one head; returns the teams whose rank changed."""
         state = self.state
         job = rec.job
+        self.last_shape = None
         unfit = self.judge.judge(job.team, job.instance_type, rec.gpus)
         if unfit is not None:
             self.pending[job.id] = unfit
@@ -154,6 +156,7 @@ class _Cycle:
         seen = self.remembered.get(shape) if self.shortcuts else None
         if seen is not None and seen[0] == self.epoch:
             self._wait(rec, seen[1])
+            self.last_shape = shape
             return set()
         if state.fits(rec):
             self._start(rec)
@@ -179,7 +182,35 @@ class _Cycle:
         why = state.reason(rec)
         self.remembered[shape] = (self.epoch, why)
         self._wait(rec, why)
+        self.last_shape = shape
         return set()
+
+    def _twins(self, team: TeamState, rec: JobRecord, key: tuple[Any, ...]) -> None:
+        """Decide at once the team's next jobs of the same shape as ``rec``, which just waited
+        without changing anything: each would win the next heap pop (its rank is ``rec``'s
+        with its own submit time and id, and beats every other head) and would meet the same
+        state, so it gets the same reason."""
+        shape = self.last_shape
+        if shape is None or not self.shortcuts:
+            return
+        seen = self.remembered.get(shape)
+        if seen is None or seen[0] != self.epoch:
+            return
+        reason = seen[1]
+        rank = key[:-6]  # the key without the job's order key, team index and version
+        heads = self.heads
+        index = team.index
+        lone = team.team.preempt_team_tasks == PreemptTeamTasks.LOWER_OR_NEWER_EQUAL_PRIORITY
+        while not lone and index not in self.blocked:
+            nxt = self._head(index)
+            if nxt is None or nxt.gpus != rec.gpus or nxt.ts is not rec.ts or nxt.priority != rec.priority:
+                return
+            if may_look_for_victims(self.state, nxt) != shape[4]:
+                return
+            if heads and not (*rank, *nxt.order_key, index, team.version) < heads[0]:
+                return
+            self._take_head(index)
+            self._wait(nxt, reason)
 
     def _wait(self, rec: JobRecord, reason: PendingReason) -> None:
         self.pending[rec.job.id] = reason
@@ -224,7 +255,10 @@ class _Cycle:
             if key[-1] != team.version:
                 continue  # a stale entry: the team was re-ranked since
             rec = self._take_head(team.index)
+            epoch = self.epoch
             changed = self._decide(rec)
+            if not changed and epoch == self.epoch:
+                self._twins(team, rec, key)
             changed.add(team)
             for touched in sorted(changed, key=lambda t: t.index):
                 self._offer(touched)
