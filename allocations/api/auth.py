@@ -2,7 +2,7 @@
 
 DRF's ``authtoken`` keeps keys in plain text, so anyone who reads the database (a backup, a
 replica, a support dump) could act as every API user. Here the database holds SHA-256 digests
-only (``ApiToken.key_hash``); a key is 32 random bytes, so a plain, unsalted hash is enough
+only (``ApiToken.key_hash``); a key is 20 random bytes, so a plain, unsalted hash is enough
 (nothing to guess, unlike a password) and a lookup stays one indexed query.
 """
 
