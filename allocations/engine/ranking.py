@@ -8,7 +8,6 @@ weight 1..100: exact, and as cheap to compare as any integer.
 
 from __future__ import annotations
 
-from fractions import Fraction
 from math import lcm
 
 from .snapshot import ClusterPolicy, Job, TaskRanking
@@ -46,10 +45,3 @@ def share_key(borrowed: int, weight: int, pool_total: int) -> ShareKey:
     if weight <= 0:
         return (1, borrowed)
     return (0, borrowed * (SHARE_SCALE // weight))
-
-
-def share_value(borrowed: int, weight: int, pool_total: int) -> Fraction:
-    """The share of POLICY.md 3.2 as an exact number (unweighted for weight 0), for messages."""
-    if borrowed <= 0 or pool_total <= 0:
-        return Fraction(0)
-    return Fraction(1000 * borrowed, pool_total * max(weight, 1))

@@ -1,0 +1,115 @@
+"""The engine's public helpers and its answers to bad input (POLICY.md sections 1 and 2)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import allocations.engine as engine
+from allocations.engine import (
+    ClusterPolicy,
+    InstanceType,
+    Job,
+    Node,
+    PendingCode,
+    PriorityClass,
+    Quota,
+    Snapshot,
+    TaskRanking,
+    Team,
+    allocate,
+    job_priority,
+    never_fits,
+)
+
+P5 = "ml.p5.48xlarge"
+POLICY = ClusterPolicy(priority_classes=(PriorityClass("inference", 100), PriorityClass("training", 50)))
+SNAPSHOT = Snapshot(
+    instance_types=(InstanceType(P5, 8),),
+    nodes=(Node("n1", P5, 8), Node("n2", P5, 8, ready=False)),
+    teams=(
+        Team("team-a", {P5: Quota(quota=8, borrow_limit_percent=100)}),
+        Team("team-b", {P5: Quota(quota=8)}),
+    ),
+    policy=POLICY,
+    jobs=(),
+)
+
+
+def job(gpus: int, team: str = "team-a", priority: str | None = None, instance_type: str = P5) -> Job:
+    return Job("j", team, instance_type, gpus, 0.0, priority_class=priority)
+
+
+def test_public_api_is_exported() -> None:
+    assert {"allocate", "never_fits", "job_priority"} <= set(engine.__all__)
+
+
+@pytest.mark.parametrize(
+    ("priority", "ranking", "expected"),
+    [
+        ("inference", TaskRanking.PRIORITY, 100),
+        ("training", TaskRanking.PRIORITY, 50),
+        (None, TaskRanking.PRIORITY, 0),
+        ("gone", TaskRanking.PRIORITY, 0),
+        ("inference", TaskRanking.FIRST_COME_FIRST_SERVE, 0),
+    ],
+)
+def test_s1_effective_priority(priority: str | None, ranking: TaskRanking, expected: int) -> None:
+    policy = dataclasses.replace(POLICY, task_ranking=ranking)
+    assert job_priority(policy, job(1, priority=priority)) == expected
+
+
+def test_s2_never_fits_is_none_for_a_job_that_may_fit_some_day() -> None:
+    # 16 = two whole nodes, one of them not ready now: it may come back.
+    assert never_fits(SNAPSHOT, job(16)) is None
+
+
+def test_s2_never_fits_beyond_max_use_names_the_numbers() -> None:
+    reason = never_fits(SNAPSHOT, job(24, team="team-b"))
+    assert reason is not None
+    assert reason.code == PendingCode.EXCEEDS_MAX
+    assert "team-b may use at most 12" in reason.message
+
+
+def test_s2_never_fits_a_job_that_is_not_a_whole_number_of_nodes() -> None:
+    reason = never_fits(SNAPSHOT, job(12))
+    assert reason is not None
+    assert reason.code == PendingCode.EXCEEDS_MAX
+    assert "not a whole number of nodes" in reason.message
+    assert "multiple of 8" in reason.message
+
+
+def test_s2_never_fits_more_than_the_nodes_hold() -> None:
+    # A quota above the cluster: limits and pool allow 24, the two nodes (ready or not) do not.
+    big = Team("team-c", {P5: Quota(quota=32, borrow_limit_percent=0)})
+    snapshot = dataclasses.replace(SNAPSHOT, teams=(*SNAPSHOT.teams, big))
+    reason = never_fits(snapshot, job(24, team="team-c"))
+    assert reason is not None
+    assert "the cluster has 16" in reason.message
+
+
+@pytest.mark.parametrize(
+    ("bad", "field", "value"),
+    [
+        (job(1, team="nobody"), "job.team", "nobody"),
+        (job(1, instance_type="ml.none"), "job.instance_type", "ml.none"),
+        (job(0), "job.gpus", "0"),
+    ],
+)
+def test_never_fits_rejects_bad_input_naming_field_and_value(bad: Job, field: str, value: str) -> None:
+    with pytest.raises(ValueError, match=field) as info:
+        never_fits(SNAPSHOT, bad)
+    assert value in str(info.value)
+
+
+def test_allocate_rejects_an_inconsistent_snapshot_naming_the_path() -> None:
+    snapshot = dataclasses.replace(SNAPSHOT, jobs=(job(1), dataclasses.replace(job(1, team="ghost"), id="k")))
+    with pytest.raises(ValueError, match=r"jobs\[1\]\.team: unknown team 'ghost'"):
+        allocate(snapshot, 0.0)
+
+
+def test_allocate_rejects_a_job_on_an_unknown_node() -> None:
+    snapshot = dataclasses.replace(SNAPSHOT, jobs=(dataclasses.replace(job(1), nodes=(("n9", 1),)),))
+    with pytest.raises(ValueError, match=r"jobs\[0\]\.nodes: unknown node 'n9'"):
+        allocate(snapshot, 0.0)
