@@ -577,6 +577,22 @@ class SlurmBackend(ClusterBackend):
         except ValueError as exc:
             return BackendNode(name, "", 0, NodeState.DOWN, f"gpugov: {exc}")
         instance_type = self._instance_type(name, str(raw.get("features") or ""))
+        try:
+            leaked = gres_gpus(str(raw.get("gres_used") or "")) if not _number(raw.get("alloc_cpus")) else 0
+        except ValueError:
+            leaked = 0
+        if leaked and state is NodeState.READY:
+            # Seen after slurmctld restarted while jobs were requeued (Slurm 22.05): the GPUs stay
+            # counted as used with no job on the node, and Slurm refuses every job there, so a
+            # job placed on it would wait forever. Down until an administrator clears it.
+            return BackendNode(
+                name,
+                instance_type,
+                gpus,
+                NodeState.DOWN,
+                f"gpugov: Slurm counts {leaked} GPU(s) of this node in use with no job on it "
+                "(leaked GRES; `scontrol reconfigure` clears it)",
+            )
         if not instance_type:
             return BackendNode(
                 name,

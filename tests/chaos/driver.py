@@ -205,6 +205,7 @@ class Installation:
         self.env.pop("CI", None)
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         self.started: dict[str, float] = {}
+        self.read_up_to: dict[str, int] = {}
         self.beat: subprocess.Popen[bytes] | None = None
         self.web: subprocess.Popen[bytes] | None = None
         self.port = 0
@@ -292,6 +293,22 @@ class Installation:
         except psycopg.Error:
             return 0
         return int(row[0] or 0) if row else 0
+
+    def worker_in_apply(self, limit_s: float) -> str | None:
+        """The worker that has just logged the loop's pause between its Slurm calls and its
+        database commit (the apply window), waiting up to ``limit_s``; None if none did."""
+        deadline = time.monotonic() + limit_s
+        # Only what is logged from now on counts.
+        self.read_up_to = {name: (self.var_dir / f"{name}.log").stat().st_size for name in self.workers}
+        while time.monotonic() < deadline:
+            for name in self.workers:
+                log = self.var_dir / f"{name}.log"
+                text = log.read_bytes()[self.read_up_to[name] :]
+                self.read_up_to[name] += len(text)
+                if PAUSE_ENV.encode() in text:
+                    return name
+            time.sleep(0.05)
+        return None
 
     def oldest_worker(self) -> str:
         """The worker started longest ago: the one most likely busy with a cycle (the other
@@ -383,6 +400,21 @@ def drain(node: str) -> None:
 
 def resume(node: str) -> None:
     quiet(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+
+
+def leaked_gpu_nodes() -> list[str]:
+    """Nodes whose GPUs Slurm counts as used with no job on them (a Slurm 22.05 leak seen after
+    restarting slurmctld; fault 4 in test_faults_found.py)."""
+    from allocations.backends.slurm import gres_gpus
+
+    done = quiet(["sinfo", "--json"])
+    if done.returncode != 0:
+        return []
+    return [
+        str(node.get("name"))
+        for node in json.loads(done.stdout).get("nodes", [])
+        if not node.get("alloc_cpus") and gres_gpus(str(node.get("gres_used") or ""))
+    ]
 
 
 def cancel_slurm_jobs(prefix: str) -> int:

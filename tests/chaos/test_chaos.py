@@ -82,6 +82,8 @@ def installation(tmp_path: Path) -> Iterator[Installation]:
         for node in ("node1", "node3"):
             driver.resume(node)
         driver.cancel_slurm_jobs(prefix)
+        if driver.leaked_gpu_nodes():
+            driver.quiet(["scontrol", "reconfigure"])  # gives back GPUs that Slurm leaked
         chaos.drop()
         from django.db import connections
 
@@ -99,11 +101,19 @@ def inject(
     """One fault of the schedule (driver.iter_schedule)."""
     began = time.monotonic()
     if what == "kill-worker":
-        # At a random moment of the loop's work, not of a worker's start-up: wait (a little)
-        # until a cycle has run since the last kill, then a random fraction of a cycle more.
-        driver.wait_until(lambda: chaos.latest_cycle() > state.get("cycle", 0), 8)
-        time.sleep(rng.uniform(0, 1.5))
-        chaos.kill_worker(chaos.oldest_worker())
+        state["kills"] = state.get("kills", 0) + 1
+        in_apply = chaos.worker_in_apply(6) if state["kills"] % 2 else None
+        if in_apply is not None:
+            # Every other kill: in the apply window, after Slurm was told and before the
+            # database commit, the moment that leaves the two apart.
+            chaos.kill_worker(in_apply)
+            state["in_apply"] = state.get("in_apply", 0) + 1
+        else:
+            # At a random moment of the loop's work, not of a worker's start-up: wait (a
+            # little) until a cycle has run since the last kill, then a random fraction more.
+            driver.wait_until(lambda: chaos.latest_cycle() > state.get("cycle", 0), 8)
+            time.sleep(rng.uniform(0, 1.5))
+            chaos.kill_worker(chaos.oldest_worker())
         state["cycle"] = chaos.latest_cycle()
     elif what == "restart-redis":
         driver.restart_redis()
@@ -181,12 +191,14 @@ def test_jobs_survive_killed_workers_and_restarted_services(installation: Instal
     watcher.wait(120)
     watched = _json_tail(chaos.var_dir / "watch.out")
     report = chaos.run("settle", "--prefix", chaos.prefix, timeout=600)
+    leaked = driver.leaked_gpu_nodes()
 
     web_errors = len(tally.failures)
     print(
         "\nchaos figures:"
         f"\n  window {WINDOW_S:.0f} s, run {time.monotonic() - began:.0f} s"
-        f"\n  faults injected: {faults} ({sum(faults.values())} in all)"
+        f"\n  faults injected: {faults} ({sum(faults.values())} in all);"
+        f" {kill_state.get('in_apply', 0)} kills in the apply window"
         f"\n  jobs: {len(tally.attempted)} submitted, {len(tally.accepted)} accepted, {len(tally.refused)} refused"
         f" with a message, {len(tally.unclear)} without an answer; {report['jobs_checked']} checked against Slurm"
         f"\n  job states: {report['jobs_by_state']}; events: {report['events_by_kind']}"
@@ -194,6 +206,7 @@ def test_jobs_survive_killed_workers_and_restarted_services(installation: Instal
         f" {report['started']} starts, {report['preempted']} preemptions, {report['corrections']} corrections;"
         f" {report['settle_cycles']} settle cycle(s); the workers ran cycles after the faults: {recovered}"
         f"\n  cycle errors: {report['cycle_errors']}"
+        f"\n  nodes whose GPUs Slurm leaked (reported down by the backend): {leaked or 'none'}"
         f"\n  invariants checked after {watched['states_checked']} cycles"
         f" ({watched['database_errors']} reads lost to the outage); {tally.slurm_samples} Slurm samples"
         f"\n  web answers: {dict(sorted(tally.answers.items()))}; {web_errors} errors"

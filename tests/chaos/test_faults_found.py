@@ -111,3 +111,41 @@ def test_the_queue_page_is_served_while_redis_restarts(personas: Personas, redis
     client.force_login(personas.member)
 
     assert client.get("/teams/team-a/").status_code == 200
+
+
+# 4. slurmctld restarting while jobs were requeued (Slurm 22.05): GPUs of an idle node stayed
+#    counted as used with no job on it ("gres_used": "gpu:h100:8(IDX:0-7)", "alloc_cpus": 0).
+#    Slurm refused every job placed there ("Requested node configuration is not available"),
+#    and since the node looked ready and empty the engine placed the same job there every cycle:
+#    it waited forever and the loop never settled. The backend now reports such a node down,
+#    saying why. (The node below is sinfo --json output captured from that chaos run.)
+LEAKED_NODE = {
+    "name": "node4",
+    "state": "idle",
+    "state_flags": [],
+    "gres": "gpu:h100:8",
+    "gres_used": "gpu:h100:8(IDX:0-7)",
+    "features": "ml.p5.48xlarge",
+    "alloc_cpus": 0,
+    "reason": "",
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "state"),
+    [
+        ({}, "down"),
+        ({"gres_used": "gpu:h100:4(IDX:0-3)"}, "down"),
+        ({"gres_used": "gpu:h100:0(IDX:N/A)"}, "ready"),  # nothing leaked
+        ({"alloc_cpus": 1}, "ready"),  # a job holds the GPUs: the node is busy, not broken
+        ({"state": "drained", "gres_used": "gpu:h100:0(IDX:N/A)"}, "draining"),
+    ],
+)
+def test_an_idle_node_whose_gpus_slurm_counts_as_used_is_down(changes: dict[str, object], state: str) -> None:
+    from allocations.backends.slurm import SlurmBackend
+
+    node = SlurmBackend({})._node({**LEAKED_NODE, **changes})
+
+    assert (node.name, node.instance_type, node.gpus, node.state) == ("node4", "ml.p5.48xlarge", 8, state)
+    if state == "down":
+        assert "in use with no job on it" in node.reason and "scontrol reconfigure" in node.reason
