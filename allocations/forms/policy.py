@@ -88,6 +88,17 @@ class PolicyForm(forms.ModelForm):
         """The values the service receives (the form's fields, cleaned)."""
         return {name: self.cleaned_data.get(name) for name in self._meta.fields or ()}
 
+    def _post_clean(self) -> None:
+        """The model's own validation (fields, constraints), once the form has no other error.
+
+        It repeats the service's rules, which say which field and value are wrong; while any
+        field has an error the rules have not run, and a database constraint would be reported
+        in its own words ("Constraint team_max_priority_0_100 is violated.", naming no field),
+        so the rules get their turn first (found by tests/fuzz/test_forms.py). A form with
+        errors is never saved, so its instance need not be built."""
+        if not self.errors:
+            super()._post_clean()
+
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         if self.rule is not None and not self.errors:
