@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from django.test import Client
 
 
@@ -30,3 +31,23 @@ def test_a_team_form_with_other_errors_does_not_report_a_raw_constraint(personas
     errors = response.context["form"].errors
     assert list(errors) == ["preempt_while_borrowing_max_priority"]
     assert "25666267273" in errors["preempt_while_borrowing_max_priority"][0]
+
+
+@pytest.mark.parametrize("next_url", ["0", "nodes", "https://evil.example/", "//evil.example/x", ""])
+def test_node_state_form_with_a_strange_next_goes_back_to_the_nodes_page(personas, next_url):
+    """POST /console/nodes/<pk>/state/ with next=0 answered 500: redirect("0") looked the word
+    up as a URL name (NoReverseMatch). Anything but a path of this site goes to the nodes page."""
+    client = Client()
+    client.force_login(personas.cluster_admin)
+    node = personas.nodes[0]
+    response = client.post(f"/console/nodes/{node.pk}/state/", {"state": "draining", "next": next_url})
+    assert response.status_code == 302
+    assert response["Location"] == "/console/nodes/"
+
+
+def test_node_state_form_goes_back_to_a_path_of_this_site(personas):
+    client = Client()
+    client.force_login(personas.cluster_admin)
+    node = personas.nodes[0]
+    response = client.post(f"/console/nodes/{node.pk}/state/", {"state": "ready", "next": "/console/teams/"})
+    assert response["Location"] == "/console/teams/"

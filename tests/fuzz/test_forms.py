@@ -132,7 +132,6 @@ GET_PAGES = [
     ("cluster_admin", "/console/audit/"),
     ("cluster_admin", "/dashboards/cluster/"),
     ("member", "/dashboards/teams/team-a/"),
-    ("member", "/teams/team-a/"),
 ]
 
 
