@@ -9,6 +9,9 @@
 3. Redis restarting (NOT fixed: ``allocations/selectors/estimates.py`` is not the chaos
    engineer's to change): the team queue page answers 500, because its start estimates read
    and write the cache with no fallback. The test is a strict xfail: it fails once fixed.
+4. slurmctld restarting: Slurm leaked the GPUs of idle nodes and refused every job there, while
+   the loop placed the same job there every cycle (see LEAKED_NODE below). Now the Slurm
+   backend reports such a node down.
 """
 
 from __future__ import annotations
