@@ -20,6 +20,7 @@ simulates once per change of state (once per allocation cycle that changed somet
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -30,6 +31,8 @@ from django.core.cache import cache
 from allocations import engine
 from allocations.choices import JobState
 from allocations.models import Job
+
+logger = logging.getLogger(__name__)
 
 HORIZON_S = 14 * 24 * 3600
 MAX_STEPS = 200
@@ -128,10 +131,19 @@ def estimated_starts(snapshot: engine.Snapshot, now: datetime) -> dict[int, date
         .values_list("pk", "requested_duration")
     }
     key = _fingerprint(snapshot, durations)
-    cached = cache.get(key)
+    # The cache only saves work: while it is unreachable (Redis restarting) the page computes
+    # the estimates itself rather than failing.
+    try:
+        cached = cache.get(key)
+    except Exception:
+        logger.warning("start estimates: the cache is unreachable; computing without it", exc_info=True)
+        cached = None
     if cached is None:
         cached = forecast_starts(snapshot, now.timestamp(), durations, allocate)
-        cache.set(key, cached, timeout=CACHE_TTL_S)
+        try:
+            cache.set(key, cached, timeout=CACHE_TTL_S)
+        except Exception:
+            logger.warning("start estimates: the cache is unreachable; not kept", exc_info=True)
     return {
         job_pk(ident): (datetime.fromtimestamp(seconds, tz=UTC) if seconds is not None else None)
         for ident, seconds in cached.items()

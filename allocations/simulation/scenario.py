@@ -666,7 +666,13 @@ def _read_trace(
         r.error("jobs_csv.path", f"cannot read {file}: {exc.strerror}")
         return [], None
     with handle:
-        reader = csv.reader(handle)
+        try:
+            # The whole trace is decoded here, so a file that is not UTF-8 is refused before use.
+            lines = handle.read().splitlines(keepends=True)
+        except UnicodeDecodeError as exc:
+            r.error("jobs_csv.path", f"{rel} is not UTF-8 text (byte {exc.start}); save the trace as UTF-8")
+            return [], None
+        reader = csv.reader(lines)
         header = next(reader, [])
         index: dict[str, int] = {}
         for key, column in columns.items():
@@ -1166,6 +1172,10 @@ def load_scenario(
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError([f"{file}: cannot read: {exc.strerror}"]) from exc
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(
+            [f"{file}: not UTF-8 text (byte {exc.start}: {exc.object[exc.start : exc.start + 1]!r})"]
+        ) from exc
     try:
         data = yaml.safe_load(text) if file.suffix != ".json" else json.loads(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:

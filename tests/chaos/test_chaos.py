@@ -238,14 +238,10 @@ def test_jobs_survive_killed_workers_and_restarted_services(installation: Instal
     # While PostgreSQL itself is down nothing can be read or stored: those answers are errors
     # (see the report: they should be a 503 saying so); outside that window there is none.
     outage = [(at, done + 2) for at, done, what in fault_log if what == "restart-postgres"]
-    # Known and reproduced in test_faults_found.py (xfail until selectors/estimates.py is fixed):
-    # the queue page's start estimates need the cache, so it fails while Redis restarts.
-    redis_outage = [(at, done + 2) for at, done, what in fault_log if what == "restart-redis"]
     unexpected = [
         (round(at - began, 1), what, status, body[:200])
         for at, what, status, body in tally.failures
         if not any(start <= at <= end for start, end in outage)
-        and not (what == "queue page" and any(start <= at <= end for start, end in redis_outage))
     ]
     assert not unexpected, unexpected
 

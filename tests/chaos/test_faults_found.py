@@ -6,9 +6,8 @@
 2. PostgreSQL restarting: the web's kept-alive connections (CONN_MAX_AGE) were dead, and the
    first request of each web thread after the restart failed with a 500. Now Django checks a
    kept connection before a request reuses it (CONN_HEALTH_CHECKS).
-3. Redis restarting (NOT fixed: ``allocations/selectors/estimates.py`` is not the chaos
-   engineer's to change): the team queue page answers 500, because its start estimates read
-   and write the cache with no fallback. The test is a strict xfail: it fails once fixed.
+3. Redis restarting: the team queue page answered 500, because its start estimates read and
+   wrote the cache with no fallback. Now a cache error counts as a miss and nothing is kept.
 4. slurmctld restarting: Slurm leaked the GPUs of idle nodes and refused every job there, while
    the loop placed the same job there every cycle (see LEAKED_NODE below). Now the Slurm
    backend reports such a node down.
@@ -23,7 +22,6 @@ import pytest
 from django.conf import settings
 from django.db import close_old_connections, connection
 from django.test import override_settings
-from redis.exceptions import ConnectionError as RedisConnectionError
 from rest_framework.test import APIClient
 
 from allocations import tasks
@@ -100,12 +98,6 @@ def test_a_request_after_postgresql_dropped_the_kept_connection_is_served() -> N
         connection.close()  # whatever happened, the test database's flush gets a live connection
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RedisConnectionError,
-    reason="selectors/estimates.estimated_starts reads the cache without a fallback (proposed fix: "
-    "treat a cache error as a miss and skip the write); the queue page answers 500 while Redis is down",
-)
 @pytest.mark.django_db
 def test_the_queue_page_is_served_while_redis_restarts(personas: Personas, redis_down: None) -> None:
     from django.test import Client
