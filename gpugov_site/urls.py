@@ -8,3 +8,5 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("allocations.urls")),
 ]
+
+handler500 = "allocations.views.errors.server_error"
