@@ -55,6 +55,16 @@ def drf_error(exc: DjangoValidationError) -> serializers.ValidationError:
     return serializers.ValidationError({"non_field_errors": exc.messages})
 
 
+class NameField(serializers.SlugRelatedField):
+    """A related object named by a slug field. A name with a NUL character is refused here:
+    PostgreSQL cannot even compare such a string, so the lookup itself would fail."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, str) and "\x00" in data:
+            self.fail("does_not_exist", slug_name=self.slug_field, value=data)
+        return super().to_internal_value(data)
+
+
 class ErrorsQuoteValues:
     """Mixin: field errors quote the value that was sent."""
 
@@ -72,7 +82,7 @@ class InstanceTypeSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
 
 
 class NodeSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
-    instance_type = serializers.SlugRelatedField(
+    instance_type = NameField(
         slug_field="name",
         queryset=InstanceType.objects.all(),
         error_messages={"does_not_exist": "No instance type is called {value}."},
@@ -127,12 +137,12 @@ class QuotaSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
     """A team's quota of one instance type. Writing one (cluster admins) sets it: it is created
     on first use, then changed; ``team`` and ``instance_type`` cannot change afterwards."""
 
-    team = serializers.SlugRelatedField(
+    team = NameField(
         slug_field="name",
         queryset=Team.objects.all(),
         error_messages={"does_not_exist": "No team called {value} that you can see."},
     )
-    instance_type = serializers.SlugRelatedField(
+    instance_type = NameField(
         slug_field="name",
         queryset=InstanceType.objects.all(),
         error_messages={"does_not_exist": "No instance type is called {value}."},
@@ -167,10 +177,10 @@ class PendingReasonSerializer(serializers.Serializer):
 
 
 class JobSerializer(serializers.ModelSerializer):
-    team = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    instance_type = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    priority_class = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    submitter = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    team = NameField(slug_field="name", read_only=True)
+    instance_type = NameField(slug_field="name", read_only=True)
+    priority_class = NameField(slug_field="name", read_only=True)
+    submitter = NameField(slug_field="username", read_only=True)
     pending_reason = serializers.SerializerMethodField()
 
     class Meta:
@@ -213,19 +223,19 @@ class JobSerializer(serializers.ModelSerializer):
 class JobSubmitSerializer(ErrorsQuoteValues, serializers.Serializer):
     """What a client sends to submit a job. ``team``: one of the teams you see."""
 
-    team = serializers.SlugRelatedField(
+    team = NameField(
         slug_field="name",
         queryset=Team.objects.all(),
         error_messages={"does_not_exist": "No team called {value} that you can see."},
     )
     name = serializers.CharField(max_length=200)
-    instance_type = serializers.SlugRelatedField(
+    instance_type = NameField(
         slug_field="name",
         queryset=InstanceType.objects.all(),
         error_messages={"does_not_exist": "No instance type is called {value}."},
     )
     gpus = serializers.IntegerField(min_value=1)
-    priority_class = serializers.SlugRelatedField(
+    priority_class = NameField(
         slug_field="name",
         queryset=PriorityClass.objects.all(),
         required=False,
@@ -279,12 +289,12 @@ class MembershipSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
     """A user's role in a team. Team admins add (``team``, ``username``, ``role``), change the
     role and remove; the last team admin of a team stays."""
 
-    team = serializers.SlugRelatedField(
+    team = NameField(
         slug_field="name",
         queryset=Team.objects.all(),
         error_messages={"does_not_exist": "No team called {value} that you can see."},
     )
-    username = serializers.SlugRelatedField(
+    username = NameField(
         source="user",
         slug_field="username",
         queryset=get_user_model().objects.filter(is_active=True),

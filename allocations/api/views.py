@@ -8,9 +8,11 @@ by anyone with a role in a team.
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 import django_filters
+import django_filters.fields
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from django.utils import timezone
@@ -136,6 +138,24 @@ class InstanceTypeViewSet(ClusterReadView):
     object_kwarg = "instance_type"
     lookup_field = "name"
     lookup_value_regex = r"[a-z0-9.-]+"
+
+
+class UtcIsoDateTimeField(django_filters.fields.IsoDateTimeField):
+    """An ISO 8601 time, turned into UTC: PostgreSQL refuses offsets beyond +-15:59, which
+    Python accepts, and a time whose UTC equivalent falls outside years 1-9999 is refused here."""
+
+    def to_python(self, value: Any) -> Any:
+        value = super().to_python(value)
+        if value is None:
+            return None
+        try:
+            return value.astimezone(UTC)
+        except OverflowError as exc:
+            raise DjangoValidationError(f"{value.isoformat()} is out of range.", code="invalid") from exc
+
+
+class UtcIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcIsoDateTimeField
 
 
 class NodeFilter(django_filters.FilterSet):
@@ -267,8 +287,8 @@ class JobFilter(django_filters.FilterSet):
     state = django_filters.MultipleChoiceFilter(choices=JobState.choices, help_text="Repeat for several")
     instance_type = django_filters.CharFilter(field_name="instance_type__name")
     priority_class = django_filters.CharFilter(field_name="priority_class__name")
-    submitted_after = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
-    submitted_before = django_filters.IsoDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
+    submitted_after = UtcIsoDateTimeFilter(field_name="submitted_at", lookup_expr="gte")
+    submitted_before = UtcIsoDateTimeFilter(field_name="submitted_at", lookup_expr="lt")
 
     class Meta:
         model = Job
@@ -356,8 +376,8 @@ class JobViewSet(ApiView, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
 class JobEventFilter(django_filters.FilterSet):
     team = django_filters.CharFilter(field_name="job__team__name")
     kind = django_filters.MultipleChoiceFilter(choices=JobEventKind.choices)
-    after = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="gte")
-    before = django_filters.IsoDateTimeFilter(field_name="at", lookup_expr="lt")
+    after = UtcIsoDateTimeFilter(field_name="at", lookup_expr="gte")
+    before = UtcIsoDateTimeFilter(field_name="at", lookup_expr="lt")
 
     class Meta:
         model = JobEvent
