@@ -50,6 +50,14 @@ def allocate(snapshot: Snapshot, now: float) -> Plan:
     ``ValueError`` naming the field and value when the snapshot is inconsistent (an unknown
     team, instance type or node, a duplicate id).
     """
+    from .batched import BatchedCycle
+
+    return BatchedCycle(snapshot, now).run()
+
+
+def allocate_one_by_one(snapshot: Snapshot, now: float) -> Plan:
+    """The cycle of this module, deciding the pending jobs one heap pop at a time (with its
+    remembered decisions). ``allocate`` runs the batched cycle, which must give the same plan."""
     return _Cycle(snapshot, now).run()
 
 

@@ -200,8 +200,14 @@ def victim_key(priority: int, job: Job) -> tuple[int, float, int, int, str]:
 class CycleState:
     """Mutable accounting for one cycle."""
 
-    def __init__(self, snapshot: Snapshot, now: float, shortcuts: bool = True) -> None:
+    def __init__(
+        self, snapshot: Snapshot, now: float, shortcuts: bool = True, pending_records: bool = True
+    ) -> None:
         self.snapshot = snapshot
+        # Off: pending jobs get no ``JobRecord`` here (the batched cycle makes them on demand);
+        # they are still validated, and listed in ``pending_jobs``.
+        self.pending_records = pending_records
+        self.pending_jobs: list[Job] = []
         # Off: no necessary-condition bounds before preemption searches (tests compare both).
         self.shortcuts = shortcuts
         self.now = now
@@ -259,22 +265,8 @@ class CycleState:
             self.team_list.append(ts_team)
 
         weights = priority_weights(self.policy)
-        used: dict[str, int] = {}
-        seen: set[str] = set()
-        for i, job in enumerate(snapshot.jobs):
-            if job.id in seen:
-                raise ValueError(f"jobs[{i}].id: duplicate job id {job.id!r}")
-            seen.add(job.id)
-            if job.team not in self.teams:
-                raise ValueError(f"jobs[{i}].team: unknown team {job.team!r}")
-            if job.instance_type not in types:
-                raise ValueError(f"jobs[{i}].instance_type: unknown instance type {job.instance_type!r}")
-            if job.gpus <= 0:
-                raise ValueError(f"jobs[{i}].gpus: must be above 0, got {job.gpus!r}")
-            for name, gpus in job.nodes:
-                if node_type.get(name) != job.instance_type:
-                    raise ValueError(f"jobs[{i}].nodes: unknown node {name!r} of {job.instance_type}")
-                used[name] = used.get(name, 0) + gpus
+        self.weights = weights
+        used = self._check_jobs(snapshot.jobs, types, node_type)
 
         for name, it in types.items():
             nodes = nodes_by_type[name]
@@ -290,33 +282,87 @@ class CycleState:
             ts.pool = lendable_sum + unallocated
             self.pool_total += ts.pool
 
-        for job in snapshot.jobs:
-            owner = self.teams[job.team]
-            prio = 0 if job.priority_class is None else weights.get(job.priority_class, 0)
-            rec = JobRecord(
-                job=job,
-                team=owner,
-                tt=owner.per_type[job.instance_type],
-                ts=self.types[job.instance_type],
-                gpus=job.gpus,
-                priority=prio,
-                order_key=(-prio, job.submit_time, job.seq, job.id),
-                victim_key=victim_key(prio, job),
-                nodes=job.nodes,
-                preemptions=job.preemptions,
-                last_preempted_at=job.last_preempted_at,
-                was_running=job.running,
-            )
-            self.records.append(rec)
-            if job.running:
-                self._change_usage(rec, rec.gpus)
-                tt = rec.tt
-                tt.candidates.append(rec)
-                tt.cand_gpus[prio] = tt.cand_gpus.get(prio, 0) + rec.gpus
-                tt.cand_max = max(tt.cand_max, rec.gpus)
+        jobs: Sequence[Job] = snapshot.jobs
+        if not self.pending_records:
+            self.pending_jobs = [job for job in jobs if not job.nodes]
+            jobs = [job for job in jobs if job.nodes]
+        for job in jobs:
+            self.records.append(self._record(job))
         for team_state in self.team_list:
             for tt in team_state.per_type.values():
                 tt.candidates.sort(key=lambda r: r.victim_key)
+
+    def _check_jobs(
+        self, jobs: Sequence[Job], types: dict[str, InstanceType], node_type: dict[str, str]
+    ) -> dict[str, int]:
+        """Validate the jobs; returns the GPUs in use per node. The common case (nothing wrong)
+        is checked with set operations; the first bad job is then found one job at a time."""
+        ids = [job.id for job in jobs]
+        if (
+            len(set(ids)) == len(ids)
+            and {job.team for job in jobs} <= self.teams.keys()
+            and {job.instance_type for job in jobs} <= types.keys()
+            and min((job.gpus for job in jobs), default=1) > 0
+        ):
+            used: dict[str, int] = {}
+            for i, job in enumerate(jobs):
+                for name, gpus in job.nodes:
+                    if node_type.get(name) != job.instance_type:
+                        raise ValueError(f"jobs[{i}].nodes: unknown node {name!r} of {job.instance_type}")
+                    used[name] = used.get(name, 0) + gpus
+            return used
+        return self._check_jobs_one_by_one(jobs, node_type, types)
+
+    def _check_jobs_one_by_one(
+        self, jobs: Sequence[Job], node_type: dict[str, str], types: dict[str, InstanceType]
+    ) -> dict[str, int]:
+        used: dict[str, int] = {}
+        seen: set[str] = set()
+        for i, job in enumerate(jobs):
+            if job.id in seen:
+                raise ValueError(f"jobs[{i}].id: duplicate job id {job.id!r}")
+            seen.add(job.id)
+            if job.team not in self.teams:
+                raise ValueError(f"jobs[{i}].team: unknown team {job.team!r}")
+            if job.instance_type not in types:
+                raise ValueError(f"jobs[{i}].instance_type: unknown instance type {job.instance_type!r}")
+            if job.gpus <= 0:
+                raise ValueError(f"jobs[{i}].gpus: must be above 0, got {job.gpus!r}")
+            for name, gpus in job.nodes:
+                if node_type.get(name) != job.instance_type:
+                    raise ValueError(f"jobs[{i}].nodes: unknown node {name!r} of {job.instance_type}")
+                used[name] = used.get(name, 0) + gpus
+        return used
+
+    def _record(self, job: Job) -> JobRecord:
+        """A job's record; a running job is counted and becomes a preemption candidate."""
+        owner = self.teams[job.team]
+        prio = 0 if job.priority_class is None else self.weights.get(job.priority_class, 0)
+        rec = JobRecord(
+            job=job,
+            team=owner,
+            tt=owner.per_type[job.instance_type],
+            ts=self.types[job.instance_type],
+            gpus=job.gpus,
+            priority=prio,
+            order_key=(-prio, job.submit_time, job.seq, job.id),
+            victim_key=victim_key(prio, job),
+            nodes=job.nodes,
+            preemptions=job.preemptions,
+            last_preempted_at=job.last_preempted_at,
+            was_running=job.running,
+        )
+        if job.nodes:
+            self._change_usage(rec, rec.gpus)
+            tt = rec.tt
+            tt.candidates.append(rec)
+            tt.cand_gpus[prio] = tt.cand_gpus.get(prio, 0) + rec.gpus
+            tt.cand_max = max(tt.cand_max, rec.gpus)
+        return rec
+
+    def pending_record(self, job: Job) -> JobRecord:
+        """The record of a pending job, made when the batched cycle first decides it."""
+        return self._record(job)
 
     # -- accounting --------------------------------------------------------------------
     def _change_usage(self, rec: JobRecord, delta: int) -> None:

@@ -1,5 +1,9 @@
 """The cycle's shortcuts change its speed, never its plan.
 
+``allocate`` runs the batched cycle (``engine/batched.py``: runs of waiting twins decided at
+once, rolled back when a later change shows they were decided too early); ``allocate_one_by_one``
+decides every pending job with its own heap pop. Both must give the same plan, reasons included.
+
 ``allocate`` skips what cannot change (a twin of a job that could not start, a preemption search
 that failed with nothing relevant changed since, searches that bounds show hopeless) and does
 its searches as dry runs. ``allocate_plainly`` runs the same cycle without those shortcuts; on
@@ -30,7 +34,7 @@ from allocations.engine import (
     Team,
     allocate,
 )
-from allocations.engine.cycle import allocate_plainly
+from allocations.engine.cycle import allocate_one_by_one, allocate_plainly
 
 CLASSES = (PriorityClass("low", 10), PriorityClass("mid", 20), PriorityClass("high", 30))
 
@@ -123,6 +127,22 @@ def test_shortcuts_never_change_the_plan(
     policy = ClusterPolicy(idle, ranking, share_unallocated, queueing, CLASSES)
     snapshot = busy_cluster(random.Random(seed), policy)
     assert allocate(snapshot, 0.0) == allocate_plainly(snapshot, 0.0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    idle=st.sampled_from(list(IdleAllocation)),
+    ranking=st.sampled_from(list(TaskRanking)),
+    queueing=st.sampled_from(list(Queueing)),
+    share_unallocated=st.booleans(),
+)
+def test_batched_cycle_gives_the_one_by_one_plan(
+    seed: int, idle: IdleAllocation, ranking: TaskRanking, queueing: Queueing, share_unallocated: bool
+) -> None:
+    policy = ClusterPolicy(idle, ranking, share_unallocated, queueing, CLASSES)
+    snapshot = busy_cluster(random.Random(seed), policy)
+    assert allocate(snapshot, 0.0) == allocate_one_by_one(snapshot, 0.0)
 
 
 def test_busy_clusters_exercise_preemption() -> None:

@@ -1,0 +1,453 @@
+"""The allocation cycle, deciding runs of waiting twins at once (what ``allocate`` runs).
+
+It takes exactly the decisions of the cycle in ``cycle.py`` (POLICY.md section 3: teams offer
+their heads, the heads compete in one heap, the winner starts, preempts or waits), and gives the
+same plan; the tests compare the two on random snapshots. What it skips is the work of jobs that
+cannot change anything.
+
+**Shapes.** A team's pending jobs are split by *shape*: instance type, GPUs, priority and whether
+the job may look for victims now (not in its back-off). Each shape's jobs are sorted by the queue
+order (POLICY.md 3.1); the team's queue is the merge of its shapes, its head the first of their
+heads. No ``JobRecord`` is made for a job until it is really decided.
+
+**Failing shapes.** A job that waits leaves the state as it was (apart from a hold, which counts
+as a change), so while nothing changes, every later job of its team and shape would wait for the
+same reason (the cycle in ``cycle.py`` remembers that decision per shape and *epoch*, the count
+of changes). Such jobs are *consumed* without a test.
+
+**The order of the pops.** The heads heap pops each team's jobs in its queue order; a job whose
+key is below that of the job popped before it (a smaller job that would not borrow, say) is
+popped right after it. So, between two changes, the pops come in the order of each job's
+*prefix maximum*: the largest key among its team's jobs up to it. Consuming a team's waiting twins
+up to its next job of a shape that is not failing, ``N``, is therefore exact as long as no change
+happens before them; the team goes back into the heap keyed by ``N``'s prefix maximum. When a
+decision does change the state (a start, a preemption, a hold), the jobs consumed past that
+decision's key were, in truth, popped after it: they are given back (*rolled back*) and will be
+decided afresh in the new state. Jobs consumed before it keep the reason of their shape at that
+epoch. Each consumption is a slice of a shape's sorted list, found by bisection.
+
+So a cycle costs a few operations per *change* and per team, plus sorting and slicing the
+pending jobs, instead of a heap pop, a push and a lookup per pending job.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, bisect_right
+from typing import Any
+
+from .preemption import find_victims, in_back_off
+from .ranking import share_key
+from .snapshot import (
+    IdleAllocation,
+    Job,
+    PendingCode,
+    PendingReason,
+    Plan,
+    Preemption,
+    PreemptionReason,
+    PreemptTeamTasks,
+    PreemptWhileBorrowing,
+    Queueing,
+    Reclaim,
+    Snapshot,
+    Start,
+)
+from .state import CycleState, JobRecord, NeverFitJudge, TeamState, effective_preempt_while_borrowing
+
+OrderKey = tuple[int, float, int, str]
+Key = tuple[Any, ...]
+
+
+class _Shape:
+    """One team's pending jobs of one shape, in queue order, read through a cursor ``at``."""
+
+    __slots__ = (
+        "at",
+        "eligible",
+        "fail_epoch",
+        "fail_reason",
+        "gpus",
+        "ident",
+        "ids",
+        "items",
+        "keys",
+        "ts",
+        "tt",
+        "unfit",
+    )
+
+    def __init__(
+        self,
+        ident: tuple[object, ...],
+        gpus: int,
+        eligible: bool,
+        pairs: list[tuple[OrderKey, Job | JobRecord]],
+        state: CycleState,
+        team: TeamState,
+        instance_type: str,
+    ) -> None:
+        self.ident = ident  # (team index, instance type, GPUs, priority, may look for victims)
+        self.gpus = gpus
+        self.eligible = eligible
+        self.keys: list[OrderKey] = [p[0] for p in pairs]
+        self.items: list[Job | JobRecord] = [p[1] for p in pairs]
+        self.ids: list[str] = [k[3] for k in self.keys]
+        self.at = 0
+        self.tt = team.per_type[instance_type]
+        self.ts = state.types[instance_type]
+        self.fail_epoch = -1
+        self.fail_reason: PendingReason | None = None
+        self.unfit: PendingReason | None = None  # exceeds-max: waits whatever happens
+
+    def insert(self, key: OrderKey, item: JobRecord) -> None:
+        """A job preempted in this cycle re-enters its team's queue, not before the cursor."""
+        at = max(self.at, bisect_left(self.keys, key, self.at))
+        self.keys.insert(at, key)
+        self.items.insert(at, item)
+        self.ids.insert(at, key[3])
+
+
+class _Team:
+    """A team's shapes and its place in the heads heap."""
+
+    __slots__ = ("blocked", "log", "lone", "shapes", "state", "version")
+
+    def __init__(self, state: TeamState) -> None:
+        self.state = state
+        self.shapes: list[_Shape] = []
+        self.version = 0
+        self.blocked: str | None = None  # strict FIFO: the id of the head that waits
+        # lower-or-newer-equal-priority: a job's candidates depend on its own submit time, so
+        # no two of its jobs share a decision.
+        self.lone = state.team.preempt_team_tasks == PreemptTeamTasks.LOWER_OR_NEWER_EQUAL_PRIORITY
+        # Consumed in the current epoch, not yet final: (shape, from, to, reason, the shape's
+        # rank when consumed).
+        self.log: list[tuple[_Shape, int, int, PendingReason, tuple[int, ...]]] = []
+
+    def head(self) -> _Shape | None:
+        """The shape holding the team's first pending job not yet decided."""
+        best: _Shape | None = None
+        best_key: OrderKey | None = None
+        for shape in self.shapes:
+            if shape.at < len(shape.keys):
+                key = shape.keys[shape.at]
+                if best_key is None or key < best_key:
+                    best, best_key = shape, key
+        return best
+
+
+class BatchedCycle:
+    def __init__(self, snapshot: Snapshot, now: float) -> None:
+        self.state = CycleState(snapshot, now, pending_records=False)
+        self.now = now
+        self.judge = NeverFitJudge(snapshot)
+        self.fair_share = snapshot.policy.idle_allocation == IdleAllocation.FAIR_SHARE
+        self.strict = snapshot.policy.queueing == Queueing.STRICT_FIFO
+        self.pending: dict[str, PendingReason] = {}
+        self.starts: list[Start] = []
+        self.preemptions: list[Preemption] = []
+        self.teams: list[_Team] = [_Team(t) for t in self.state.team_list]
+        self.heads: list[tuple[Key, int]] = []
+        self.epoch = 0  # bumped by every start, preemption and hold
+        self.searched: dict[tuple[object, ...], int] = {}  # failed searches -> preempt epoch
+        self.logged: list[_Team] = []  # teams with a non-empty log
+        self.requeue: list[JobRecord] = []
+
+    # -- building --------------------------------------------------------------------------
+    def _shapes(self) -> None:
+        state = self.state
+        now = self.now
+        weights = state.weights
+        groups: dict[tuple[str, str, int, str | None, bool], list[Job]] = {}
+        for job in state.pending_jobs:
+            key = (
+                job.team,
+                job.instance_type,
+                job.gpus,
+                job.priority_class,
+                job.preemptions > 0 and job.last_preempted_at is not None,
+            )
+            group = groups.get(key)
+            if group is None:
+                groups[key] = group = []
+            group.append(job)
+        # Merge groups into shapes: classes of equal weight share a shape, and the back-off
+        # (which depends on each job's own preemptions) is decided per job where it may apply.
+        merged: dict[tuple[int, str, int, int, bool], list[Job]] = {}
+        for (team_name, it, gpus, pclass, maybe_backoff), jobs in groups.items():
+            team = state.teams[team_name]
+            if not team.team.active:
+                reason = _inactive(team)
+                self.pending.update(dict.fromkeys([j.id for j in jobs], reason))
+                continue
+            prio = 0 if pclass is None else weights.get(pclass, 0)
+            static = self._may_look(team, it, gpus)
+            if maybe_backoff:
+                for job in jobs:
+                    eligible = static and not _backed_off(job, now)
+                    merged.setdefault((team.index, it, gpus, prio, eligible), []).append(job)
+            else:
+                merged.setdefault((team.index, it, gpus, prio, static), []).extend(jobs)
+        for ident, jobs in sorted(merged.items(), key=lambda e: e[0]):
+            index, it, gpus, prio, eligible = ident
+            team = state.team_list[index]
+            neg = -prio
+            pairs: list[tuple[OrderKey, Job | JobRecord]] = sorted(
+                [((neg, j.submit_time, j.seq, j.id), j) for j in jobs], key=_first
+            )
+            shape = _Shape(ident, gpus, eligible, pairs, state, team, it)
+            shape.unfit = self.judge.judge(team.team.name, it, gpus)
+            self.teams[index].shapes.append(shape)
+
+    def _may_look(self, team: TeamState, it: str, gpus: int) -> bool:
+        """``may_look_for_victims`` without the back-off (POLICY.md 4)."""
+        if gpus <= team.per_type[it].quota:
+            return True
+        if effective_preempt_while_borrowing(team.team) != PreemptWhileBorrowing.NEVER:
+            return True
+        return self.fair_share and team.team.reclaim != Reclaim.NEVER
+
+    # -- keys ------------------------------------------------------------------------------
+    def _rank(self, team: TeamState, shape: _Shape) -> tuple[int, ...]:
+        """The head order (POLICY.md 3.2) of the shape's jobs, before their own order key."""
+        tt = shape.tt
+        usage, g = tt.usage, shape.gpus
+        borrows = 1 if usage + g > tt.quota else 0
+        if not self.fair_share:
+            return (borrows,)
+        extra = max(0, usage + g - tt.quota) - max(0, usage - tt.quota)
+        tier, value = share_key(team.borrowed + extra, team.weight, self.state.pool_total)
+        return (borrows, tier, value)
+
+    def _key(self, team: _Team, shape: _Shape, at: int) -> Key:
+        return (*self._rank(team.state, shape), *shape.keys[at], team.state.index)
+
+    def _failing(self, team: _Team, shape: _Shape) -> PendingReason | None:
+        """The reason every job of this shape gets now without a test, if any."""
+        if shape.unfit is not None:
+            return shape.unfit
+        if shape.fail_epoch == self.epoch and not team.lone:
+            return shape.fail_reason
+        return None
+
+    # -- the heap --------------------------------------------------------------------------
+    def _offer(self, team: _Team) -> None:
+        """(Re-)enter the team's head with its key in the current state (POLICY.md 3.2)."""
+        team.version += 1
+        if team.blocked is not None:
+            return
+        shape = team.head()
+        if shape is not None:
+            heapq.heappush(self.heads, (self._key(team, shape, shape.at), team.version))
+
+    def _advance(self, team: _Team, base: Key) -> None:
+        """Consume the team's jobs of failing shapes up to its next job ``N`` of a shape that is
+        not failing, and put the team back in the heap keyed by ``N``'s prefix maximum (the
+        larger of ``base``, the keys consumed and ``N``'s own key)."""
+        team.version += 1
+        if team.blocked is not None:
+            return
+        nxt: _Shape | None = None
+        nxt_key: OrderKey | None = None
+        failing: list[tuple[_Shape, PendingReason]] = []
+        for shape in team.shapes:
+            if shape.at >= len(shape.keys):
+                continue
+            reason = self._failing(team, shape)
+            if reason is not None:
+                failing.append((shape, reason))
+            else:
+                key = shape.keys[shape.at]
+                if nxt_key is None or key < nxt_key:
+                    nxt, nxt_key = shape, key
+        top = base
+        for shape, reason in failing:
+            start = shape.at
+            end = len(shape.keys) if nxt_key is None else bisect_left(shape.keys, nxt_key, start)
+            if end > start:
+                if not team.log:
+                    self.logged.append(team)
+                rank = self._rank(team.state, shape)
+                team.log.append((shape, start, end, reason, rank))
+                shape.at = end
+                last = (*rank, *shape.keys[end - 1], team.state.index)
+                if last > top:
+                    top = last
+        if nxt is not None:
+            own = self._key(team, nxt, nxt.at)
+            heapq.heappush(self.heads, (own if own > top else top, team.version))
+
+    def _settle_logs(self, event: Key | None) -> list[_Team]:
+        """A change happened at key ``event`` (None: the cycle ended). Consumed jobs that come
+        before it keep their reasons; the rest are given back. Returns the teams given back."""
+        given_back: list[_Team] = []
+        pending = self.pending
+        for team in self.logged:
+            cut: OrderKey | None = None
+            if event is not None:
+                for shape, start, end, _, rank in team.log:
+                    n = len(rank)
+                    head = event[:n]
+                    if rank > head:
+                        at = start
+                    elif rank < head:
+                        continue
+                    else:
+                        at = bisect_right(shape.keys, event[n : n + 4], start, end)
+                    if at < end and (cut is None or shape.keys[at] < cut):
+                        cut = shape.keys[at]
+            for shape, start, end, reason, _ in team.log:
+                stop = end if cut is None else bisect_left(shape.keys, cut, start, end)
+                if stop > start:
+                    pending.update(dict.fromkeys(shape.ids[start:stop], reason))
+                if stop < end:
+                    shape.at = min(shape.at, stop)
+            if cut is not None:
+                given_back.append(team)
+            team.log = []
+        self.logged = []
+        return given_back
+
+    # -- deciding --------------------------------------------------------------------------
+    def _record(self, shape: _Shape) -> JobRecord:
+        item = shape.items[shape.at]
+        shape.at += 1
+        return item if isinstance(item, JobRecord) else self.state.pending_record(item)
+
+    def _decide(self, team: _Team, shape: _Shape, rec: JobRecord) -> set[TeamState]:
+        """Start, preempt for, or leave pending one head (as ``cycle._Cycle._decide``)."""
+        state = self.state
+        if state.fits(rec):
+            self._start(rec)
+            return {rec.team}
+        if shape.eligible:
+            # A search that failed for this shape, as far within its quota, fails again until
+            # something that could help happened on this instance type.
+            within = rec.tt.usage + rec.gpus <= rec.tt.quota
+            ident = shape.ident + rec.order_key if team.lone else shape.ident
+            search = (ident, within)
+            epoch = state.preempt_epoch[rec.ts.name]
+            victims = None if self.searched.get(search) == epoch else find_victims(state, rec)
+            if victims is not None:
+                changed = {rec.team}
+                for victim, reason in victims:
+                    self._preempt(victim, reason, rec)
+                    changed.add(victim.team)
+                self._start(rec)
+                return changed
+            self.searched[search] = epoch
+            if rec.team.team.reclaim != Reclaim.ANY and state.hold(rec.tt, rec.ts):
+                self.epoch += 1
+        why = state.reason(rec)
+        shape.fail_epoch = self.epoch
+        shape.fail_reason = why
+        self.pending[rec.job.id] = why
+        if self.strict:
+            team.blocked = rec.job.id
+        return set()
+
+    def _start(self, rec: JobRecord) -> None:
+        nodes = self.state.start(rec)
+        self.starts.append(Start(rec.job.id, nodes))
+        self.pending.pop(rec.job.id, None)
+        self.epoch += 1
+
+    def _preempt(self, victim: JobRecord, reason: PreemptionReason, preemptor: JobRecord) -> None:
+        """Record a victim (already taken off its nodes); it re-enters its queue after the
+        consumed jobs are settled."""
+        self.preemptions.append(Preemption(victim.job.id, reason, preemptor.job.id))
+        victim.tt.drop_candidate(victim)
+        victim.nodes = ()
+        victim.was_running = False
+        victim.preemptions += 1
+        victim.last_preempted_at = self.now
+        epochs = self.state.preempt_epoch
+        for name in epochs if self.fair_share else (victim.ts.name,):
+            epochs[name] += 1
+        self.requeue.append(victim)
+        self.epoch += 1
+
+    def _requeue(self, rec: JobRecord) -> None:
+        team_state = rec.team
+        if not team_state.team.active:
+            self.pending[rec.job.id] = _inactive(team_state)
+            return
+        team = self.teams[team_state.index]
+        it, g = rec.ts.name, rec.gpus
+        eligible = self._may_look(team_state, it, g) and not in_back_off(rec, self.now)
+        ident = (team_state.index, it, g, rec.priority, eligible)
+        for shape in team.shapes:
+            if shape.ident == ident:
+                shape.insert(rec.order_key, rec)
+                return
+        shape = _Shape(ident, g, eligible, [(rec.order_key, rec)], self.state, team_state, it)
+        shape.unfit = self.judge.judge(team_state.team.name, it, g)
+        team.shapes.append(shape)
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self) -> Plan:
+        self._shapes()
+        for team in self.teams:
+            self._offer(team)
+        heads = self.heads
+        teams = self.teams
+        while heads:
+            key, version = heapq.heappop(heads)
+            team = teams[key[-1]]
+            if version != team.version:
+                continue  # a stale entry: the team was re-ranked since
+            shape = team.head()
+            if shape is None:  # pragma: no cover - a team with no job is not in the heap
+                continue
+            if self._failing(team, shape) is not None:
+                self._advance(team, key)
+                continue
+            rec = self._record(shape)
+            epoch = self.epoch
+            changed = self._decide(team, shape, rec)
+            if epoch == self.epoch:
+                self._advance(team, key)
+                continue
+            # A change: settle what was consumed, then re-rank the teams it touched.
+            touched = {t.state.index for t in self._settle_logs(key)}
+            for victim in self.requeue:
+                self._requeue(victim)
+            self.requeue = []
+            touched.update(t.index for t in changed)
+            touched.add(team.state.index)
+            for index in sorted(touched):
+                self._offer(teams[index])
+        self._settle_logs(None)
+        self._finish()
+        return Plan(starts=tuple(self.starts), preemptions=tuple(self.preemptions), pending=self.pending)
+
+    def _finish(self) -> None:
+        """Reasons for the jobs left behind a blocked head (strict FIFO)."""
+        for team in self.teams:
+            if team.blocked is None:
+                continue
+            name = team.state.team.name
+            blocked = PendingReason(
+                PendingCode.BLOCKED_BY_FIFO,
+                f"strict FIFO: {name}'s job {team.blocked} does not fit and blocks the jobs behind it",
+            )
+            for shape in team.shapes:
+                rest = shape.ids[shape.at :]
+                if rest:
+                    self.pending.update(dict.fromkeys(rest, shape.unfit or blocked))
+
+
+def _first(pair: tuple[OrderKey, object]) -> OrderKey:
+    return pair[0]
+
+
+def _backed_off(job: Job, now: float) -> bool:
+    """POLICY.md 3.5, on the snapshot's job (``preemption.in_back_off`` on a record)."""
+    if job.preemptions <= 0 or job.last_preempted_at is None:
+        return False
+    return now < job.last_preempted_at + 2.0 ** min(job.preemptions - 1, 1000)
+
+
+def _inactive(team: TeamState) -> PendingReason:
+    return PendingReason(PendingCode.TEAM_INACTIVE, f"{team.team.name}'s allocation is disabled")
