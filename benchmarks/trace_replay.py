@@ -33,7 +33,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from allocations.engine import allocate  # noqa: E402
+from allocations.engine.session import Session  # noqa: E402
 from allocations.engine.snapshot import Plan, Snapshot  # noqa: E402
 from allocations.simulation import parse_scenario, replay  # noqa: E402
 from allocations.simulation.scenario import team_name_from_trace  # noqa: E402
@@ -96,6 +96,7 @@ def run(policy: str, trace: Path, quotas: dict[str, int]) -> dict[str, Any]:
     loaded = time.perf_counter()
     engine_seconds = 0.0
     cycles = 0
+    allocate = Session()
 
     def timed_allocate(snapshot: Snapshot, now: float) -> Plan:
         nonlocal engine_seconds, cycles

@@ -33,9 +33,11 @@ pending jobs, instead of a heap pop, a push and a lookup per pending job.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left, bisect_right, insort
+from itertools import count
 from typing import Any
 
+from .placement import NodeShare
 from .preemption import find_victims, in_back_off
 from .ranking import share_key
 from .snapshot import (
@@ -57,6 +59,7 @@ from .state import CycleState, JobRecord, NeverFitJudge, TeamState, effective_pr
 
 OrderKey = tuple[int, float, int, str]
 Key = tuple[Any, ...]
+Ident = tuple[int, str, int, int, bool]  # team index, instance type, GPUs, priority, may look
 
 
 class _Shape:
@@ -79,7 +82,7 @@ class _Shape:
 
     def __init__(
         self,
-        ident: tuple[object, ...],
+        ident: Ident,
         gpus: int,
         eligible: bool,
         pairs: list[tuple[OrderKey, Job | JobRecord]],
@@ -111,11 +114,12 @@ class _Shape:
 class _Team:
     """A team's shapes and its place in the heads heap."""
 
-    __slots__ = ("blocked", "log", "lone", "shapes", "state", "version")
+    __slots__ = ("blocked", "by_ident", "log", "lone", "shapes", "state", "version")
 
     def __init__(self, state: TeamState) -> None:
         self.state = state
         self.shapes: list[_Shape] = []
+        self.by_ident: dict[Ident, _Shape] = {}
         self.version = 0
         self.blocked: str | None = None  # strict FIFO: the id of the head that waits
         # lower-or-newer-equal-priority: a job's candidates depend on its own submit time, so
@@ -124,6 +128,14 @@ class _Team:
         # Consumed in the current epoch, not yet final: (shape, from, to, reason, the shape's
         # rank when consumed).
         self.log: list[tuple[_Shape, int, int, PendingReason, tuple[int, ...]]] = []
+
+    def add(self, shape: _Shape) -> None:
+        self.shapes.append(shape)
+        self.by_ident[shape.ident] = shape
+
+    def drop(self, shape: _Shape) -> None:
+        self.shapes.remove(shape)
+        del self.by_ident[shape.ident]
 
     def head(self) -> _Shape | None:
         """The shape holding the team's first pending job not yet decided."""
@@ -137,30 +149,33 @@ class _Team:
         return best
 
 
-class BatchedCycle:
+class Queues:
+    """What a cycle starts from: the accounting of the running jobs (``CycleState``) and each
+    team's pending jobs by shape. ``allocate`` builds it for one cycle; a ``Session`` keeps it
+    between cycles and brings it up to date with what changed in the next snapshot."""
+
     def __init__(self, snapshot: Snapshot, now: float) -> None:
+        self.snapshot = snapshot
         self.state = CycleState(snapshot, now, pending_records=False)
         self.now = now
         self.judge = NeverFitJudge(snapshot)
         self.fair_share = snapshot.policy.idle_allocation == IdleAllocation.FAIR_SHARE
         self.strict = snapshot.policy.queueing == Queueing.STRICT_FIFO
-        self.pending: dict[str, PendingReason] = {}
-        self.starts: list[Start] = []
-        self.preemptions: list[Preemption] = []
         self.teams: list[_Team] = [_Team(t) for t in self.state.team_list]
-        self.heads: list[tuple[Key, int]] = []
-        self.epoch = 0  # bumped by every start, preemption and hold
-        self.searched: dict[tuple[object, ...], int] = {}  # failed searches -> preempt epoch
-        self.logged: list[_Team] = []  # teams with a non-empty log
-        self.requeue: list[JobRecord] = []
+        # Pending jobs of inactive teams, by team index (a dict as an ordered set of ids).
+        self.inactive: dict[int, dict[str, None]] = {}
+        # Pending jobs in their back-off that may look for victims once it ends: (end, n, job).
+        self.backoff: list[tuple[float, int, Job]] = []
+        self._noted = count()
+        self.epoch_base = 0  # cycles of a session go on counting epochs from here
+        self._shapes(self.state.pending_jobs)
 
-    # -- building --------------------------------------------------------------------------
-    def _shapes(self) -> None:
+    def _shapes(self, pending: list[Job]) -> None:
         state = self.state
         now = self.now
         weights = state.weights
         groups: dict[tuple[str, str, int, str | None, bool], list[Job]] = {}
-        for job in state.pending_jobs:
+        for job in pending:
             key = (
                 job.team,
                 job.instance_type,
@@ -174,39 +189,153 @@ class BatchedCycle:
             group.append(job)
         # Merge groups into shapes: classes of equal weight share a shape, and the back-off
         # (which depends on each job's own preemptions) is decided per job where it may apply.
-        merged: dict[tuple[int, str, int, int, bool], list[Job]] = {}
+        merged: dict[Ident, list[Job]] = {}
         for (team_name, it, gpus, pclass, maybe_backoff), jobs in groups.items():
             team = state.teams[team_name]
             if not team.team.active:
-                reason = _inactive(team)
-                self.pending.update(dict.fromkeys([j.id for j in jobs], reason))
+                self.inactive.setdefault(team.index, {}).update(dict.fromkeys([j.id for j in jobs]))
                 continue
             prio = 0 if pclass is None else weights.get(pclass, 0)
-            static = self._may_look(team, it, gpus)
+            static = self.may_look(team, it, gpus)
             if maybe_backoff:
                 for job in jobs:
-                    eligible = static and not _backed_off(job, now)
+                    eligible = static and not self._backed_off(job, now, static)
                     merged.setdefault((team.index, it, gpus, prio, eligible), []).append(job)
             else:
                 merged.setdefault((team.index, it, gpus, prio, static), []).extend(jobs)
         for ident, jobs in sorted(merged.items(), key=lambda e: e[0]):
-            index, it, gpus, prio, eligible = ident
-            team = state.team_list[index]
-            neg = -prio
+            neg = -ident[3]
             pairs: list[tuple[OrderKey, Job | JobRecord]] = sorted(
                 [((neg, j.submit_time, j.seq, j.id), j) for j in jobs], key=_first
             )
-            shape = _Shape(ident, gpus, eligible, pairs, state, team, it)
-            shape.unfit = self.judge.judge(team.team.name, it, gpus)
-            self.teams[index].shapes.append(shape)
+            self.new_shape(ident, pairs)
 
-    def _may_look(self, team: TeamState, it: str, gpus: int) -> bool:
+    def new_shape(self, ident: Ident, pairs: list[tuple[OrderKey, Job | JobRecord]]) -> _Shape:
+        index, it, gpus, _, eligible = ident
+        team = self.state.team_list[index]
+        shape = _Shape(ident, gpus, eligible, pairs, self.state, team, it)
+        shape.unfit = self.judge.judge(team.team.name, it, gpus)
+        self.teams[index].add(shape)
+        return shape
+
+    def _backed_off(self, job: Job, now: float, static: bool) -> bool:
+        """Whether the job is in its back-off; one that may look for victims once it ends is
+        noted, so that a session moves it to its eligible shape then."""
+        if job.preemptions <= 0 or job.last_preempted_at is None:
+            return False
+        until = job.last_preempted_at + 2.0 ** min(job.preemptions - 1, 1000)
+        if now < until:
+            if static:
+                heapq.heappush(self.backoff, (until, next(self._noted), job))
+            return True
+        return False
+
+    def may_look(self, team: TeamState, it: str, gpus: int) -> bool:
         """``may_look_for_victims`` without the back-off (POLICY.md 4)."""
         if gpus <= team.per_type[it].quota:
             return True
         if effective_preempt_while_borrowing(team.team) != PreemptWhileBorrowing.NEVER:
             return True
         return self.fair_share and team.team.reclaim != Reclaim.NEVER
+
+    # -- a session's changes -----------------------------------------------------------
+    def ident(self, job: Job, eligible: bool) -> Ident:
+        team = self.state.teams[job.team]
+        prio = 0 if job.priority_class is None else self.state.weights.get(job.priority_class, 0)
+        return (team.index, job.instance_type, job.gpus, prio, eligible)
+
+    def add_pending(self, job: Job) -> None:
+        team = self.state.teams[job.team]
+        if not team.team.active:
+            self.inactive.setdefault(team.index, {})[job.id] = None
+            return
+        static = self.may_look(team, job.instance_type, job.gpus)
+        eligible = static and not self._backed_off(job, self.now, static)
+        self._insert(self.ident(job, eligible), job)
+
+    def _insert(self, ident: Ident, job: Job) -> None:
+        key: OrderKey = (-ident[3], job.submit_time, job.seq, job.id)
+        shape = self.teams[ident[0]].by_ident.get(ident)
+        if shape is None:
+            self.new_shape(ident, [(key, job)])
+            return
+        at = bisect_left(shape.keys, key)
+        shape.keys.insert(at, key)
+        shape.items.insert(at, job)
+        shape.ids.insert(at, job.id)
+
+    def remove_pending(self, job: Job) -> bool:
+        """Take a pending job out of its shape; False when it is in none (or another job)."""
+        team = self.state.teams[job.team]
+        if not team.team.active:
+            return self.inactive.get(team.index, {}).pop(job.id, 0) is None
+        for eligible in (True, False):
+            ident = self.ident(job, eligible)
+            shape = self.teams[team.index].by_ident.get(ident)
+            if shape is None:
+                continue
+            key: OrderKey = (-ident[3], job.submit_time, job.seq, job.id)
+            at = bisect_left(shape.keys, key)
+            if at < len(shape.keys) and shape.items[at] is job:
+                del shape.keys[at], shape.items[at], shape.ids[at]
+                return True
+        return False
+
+    def add_running(self, job: Job) -> JobRecord:
+        rec = self.state.running_record(job)
+        tt = rec.tt
+        tt.candidates.pop()
+        insort(tt.candidates, rec, key=_victim_key)
+        rec.ts.placement.take(job.nodes)
+        return rec
+
+    def remove_running(self, rec: JobRecord) -> None:
+        self.state.remove(rec)
+        tt = rec.tt
+        tt.candidates.remove(rec)
+        tt.cand_gpus[rec.priority] -= rec.gpus
+        if rec.gpus >= tt.cand_max:
+            tt.cand_max = max((c.gpus for c in tt.candidates), default=0)
+
+    def end_backoffs(self, now: float) -> None:
+        """Jobs whose back-off has ended by ``now`` move to their eligible shape."""
+        while self.backoff and self.backoff[0][0] <= now:
+            _, _, job = heapq.heappop(self.backoff)
+            if self.remove_pending(job):
+                self._insert(self.ident(job, True), job)
+
+
+class BatchedCycle:
+    def __init__(self, queues: Queues, now: float) -> None:
+        self.queues = queues
+        self.state = state = queues.state
+        state.now = now
+        state.preempt_epoch = dict.fromkeys(state.types, 0)
+        self.now = now
+        self.judge = queues.judge
+        self.fair_share = queues.fair_share
+        self.strict = queues.strict
+        self.teams = queues.teams
+        for team in self.teams:
+            team.blocked = None
+            for shape in team.shapes:
+                shape.at = 0
+        self.pending: dict[str, PendingReason] = {}
+        for index, ids in queues.inactive.items():
+            self.pending.update(dict.fromkeys(ids, _inactive(state.team_list[index])))
+        self.starts: list[Start] = []
+        self.preemptions: list[Preemption] = []
+        self.heads: list[tuple[Key, int]] = []
+        self.epoch = queues.epoch_base  # bumped by every start, preemption and hold
+        self.searched: dict[tuple[object, ...], int] = {}  # failed searches -> preempt epoch
+        self.logged: list[_Team] = []  # teams with a non-empty log
+        self.requeue: list[JobRecord] = []
+        # What ``undo`` takes back: starts and preemptions in order (a preemption with the
+        # victim's nodes, preemptions and last preemption before it), requeued victims and
+        # the shapes made for them.
+        self.changes: list[tuple[JobRecord, tuple[NodeShare, int, float | None] | None]] = []
+        self.inserted: list[tuple[_Shape, JobRecord]] = []
+        self.created: list[_Shape] = []
 
     # -- keys ------------------------------------------------------------------------------
     def _rank(self, team: TeamState, shape: _Shape) -> tuple[int, ...]:
@@ -349,6 +478,7 @@ class BatchedCycle:
 
     def _start(self, rec: JobRecord) -> None:
         nodes = self.state.start(rec)
+        self.changes.append((rec, None))
         self.starts.append(Start(rec.job.id, nodes))
         self.pending.pop(rec.job.id, None)
         self.epoch += 1
@@ -357,6 +487,7 @@ class BatchedCycle:
         """Record a victim (already taken off its nodes); it re-enters its queue after the
         consumed jobs are settled."""
         self.preemptions.append(Preemption(victim.job.id, reason, preemptor.job.id))
+        self.changes.append((victim, (victim.nodes, victim.preemptions, victim.last_preempted_at)))
         victim.tt.drop_candidate(victim)
         victim.nodes = ()
         victim.was_running = False
@@ -373,21 +504,19 @@ class BatchedCycle:
         if not team_state.team.active:
             self.pending[rec.job.id] = _inactive(team_state)
             return
-        team = self.teams[team_state.index]
         it, g = rec.ts.name, rec.gpus
-        eligible = self._may_look(team_state, it, g) and not in_back_off(rec, self.now)
+        eligible = self.queues.may_look(team_state, it, g) and not in_back_off(rec, self.now)
         ident = (team_state.index, it, g, rec.priority, eligible)
-        for shape in team.shapes:
-            if shape.ident == ident:
-                shape.insert(rec.order_key, rec)
-                return
-        shape = _Shape(ident, g, eligible, [(rec.order_key, rec)], self.state, team_state, it)
-        shape.unfit = self.judge.judge(team_state.team.name, it, g)
-        team.shapes.append(shape)
+        shape = self.teams[team_state.index].by_ident.get(ident)
+        if shape is None:
+            shape = self.queues.new_shape(ident, [(rec.order_key, rec)])
+            self.created.append(shape)
+        else:
+            shape.insert(rec.order_key, rec)
+            self.inserted.append((shape, rec))
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> Plan:
-        self._shapes()
         for team in self.teams:
             self._offer(team)
         heads = self.heads
@@ -420,6 +549,7 @@ class BatchedCycle:
                 self._offer(teams[index])
         self._settle_logs(None)
         self._finish()
+        self.queues.epoch_base = self.epoch + 1
         return Plan(starts=tuple(self.starts), preemptions=tuple(self.preemptions), pending=self.pending)
 
     def _finish(self) -> None:
@@ -437,16 +567,41 @@ class BatchedCycle:
                 if rest:
                     self.pending.update(dict.fromkeys(rest, shape.unfit or blocked))
 
+    def undo(self) -> None:
+        """Take back everything the cycle changed in its ``Queues`` (a session's next cycle
+        starts from the snapshot, not from this plan)."""
+        state = self.state
+        for ts in state.types.values():
+            ts.held = 0
+        for team_state in state.team_list:
+            for tt in team_state.per_type.values():
+                tt.holding = False
+        for shape, rec in reversed(self.inserted):
+            for i in range(len(shape.items) - 1, -1, -1):
+                if shape.items[i] is rec:
+                    del shape.keys[i], shape.items[i], shape.ids[i]
+                    break
+        for shape in self.created:
+            self.teams[shape.ident[0]].drop(shape)
+        for rec, saved in reversed(self.changes):
+            if saved is None:
+                state.remove(rec)
+                rec.nodes = ()
+                continue
+            rec.nodes, rec.preemptions, rec.last_preempted_at = saved
+            rec.was_running = True
+            state.restore(rec)
+            tt = rec.tt
+            insort(tt.candidates, rec, key=_victim_key)
+            tt.cand_gpus[rec.priority] += rec.gpus
+
+
+def _victim_key(rec: JobRecord) -> tuple[int, float, int, int, str]:
+    return rec.victim_key
+
 
 def _first(pair: tuple[OrderKey, object]) -> OrderKey:
     return pair[0]
-
-
-def _backed_off(job: Job, now: float) -> bool:
-    """POLICY.md 3.5, on the snapshot's job (``preemption.in_back_off`` on a record)."""
-    if job.preemptions <= 0 or job.last_preempted_at is None:
-        return False
-    return now < job.last_preempted_at + 2.0 ** min(job.preemptions - 1, 1000)
 
 
 def _inactive(team: TeamState) -> PendingReason:

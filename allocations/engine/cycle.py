@@ -50,9 +50,9 @@ def allocate(snapshot: Snapshot, now: float) -> Plan:
     ``ValueError`` naming the field and value when the snapshot is inconsistent (an unknown
     team, instance type or node, a duplicate id).
     """
-    from .batched import BatchedCycle
+    from .batched import BatchedCycle, Queues
 
-    return BatchedCycle(snapshot, now).run()
+    return BatchedCycle(Queues(snapshot, now), now).run()
 
 
 def allocate_one_by_one(snapshot: Snapshot, now: float) -> Plan:

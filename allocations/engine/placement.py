@@ -64,11 +64,17 @@ class Placement:
         if free > 0:
             self.free_ready += free
             self._count[free] += 1
-            self._members[free].add(i)
-            heapq.heappush(self._heaps[free], i)
+            members = self._members[free]
+            members.add(i)
+            heap = self._heaps[free]
+            heapq.heappush(heap, i)
+            if len(heap) > 2 * len(members) + 64:
+                heap[:] = sorted(members)  # drop the stale entries (a sorted list is a heap)
             if free == self.gpus[i]:
                 self._empty.add(i)
                 heapq.heappush(self._empty_heap, i)
+                if len(self._empty_heap) > 2 * len(self._empty) + 64:
+                    self._empty_heap[:] = sorted(self._empty)
                 self.empty_gpus += free
 
     def _leave(self, i: int, free: int) -> None:

@@ -298,6 +298,20 @@ def _minimal(
     return None
 
 
+def _no_candidates(rec: JobRecord) -> bool:
+    """Cheap test before any search: no other team borrows on the instance type and the
+    preemptor's own team has no job it may preempt, so no search can find a victim."""
+    borrowers = rec.ts.borrowers
+    if borrowers and (len(borrowers) > 1 or rec.team.index not in borrowers):
+        return False
+    mode = rec.team.team.preempt_team_tasks
+    if mode == PreemptTeamTasks.NEVER:
+        return True
+    if mode == PreemptTeamTasks.LOWER_PRIORITY:
+        return rec.tt.candidate_gpus_below(rec.priority) == 0
+    return not rec.tt.candidates
+
+
 def _team_limit_hopeless(rec: JobRecord, own: list[JobRecord], within_quota: bool) -> bool:
     """Cheap necessary test: even preempting every own-team candidate leaves the team over the
     limit (other teams' victims do not lower the preemptor's own usage)."""
@@ -500,6 +514,8 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
 def find_victims(state: CycleState, rec: JobRecord) -> Victims | None:
     """The minimal set of victims that lets ``rec`` start, removed from the live state; or None
     (state unchanged). The caller has checked ``may_look_for_victims``."""
+    if state.shortcuts and _no_candidates(rec):
+        return None
     if state.fair_share:
         return _fair_share(state, rec)
     return _first_come_first_serve(state, rec)

@@ -158,14 +158,31 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class JobChanges:
+    """What differs between a snapshot and the one numbered ``since`` of the same series: the
+    job objects added and the ones removed (a job that changed is both). A hint that lets a
+    ``Session`` skip comparing every job; no plan depends on it."""
+
+    since: int
+    added: tuple[Job, ...] = ()
+    removed: tuple[Job, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
-    """Everything one cycle decides from. ``jobs`` holds the running and the pending jobs."""
+    """Everything one cycle decides from. ``jobs`` holds the running and the pending jobs.
+
+    ``serial`` and ``changes`` are for callers that send a series of snapshots to a
+    ``Session`` (the simulator): the snapshot's number in the series, and what changed since
+    an earlier one. They take no part in equality and never change a plan."""
 
     instance_types: tuple[InstanceType, ...]
     nodes: tuple[Node, ...]
     teams: tuple[Team, ...]
     policy: ClusterPolicy
     jobs: tuple[Job, ...]
+    serial: int | None = field(default=None, compare=False, repr=False)
+    changes: JobChanges | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

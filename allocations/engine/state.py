@@ -266,6 +266,7 @@ class CycleState:
 
         weights = priority_weights(self.policy)
         self.weights = weights
+        self.node_type = node_type
         used = self._check_jobs(snapshot.jobs, types, node_type)
 
         for name, it in types.items():
@@ -362,6 +363,11 @@ class CycleState:
 
     def pending_record(self, job: Job) -> JobRecord:
         """The record of a pending job, made when the batched cycle first decides it."""
+        return self._record(job)
+
+    def running_record(self, job: Job) -> JobRecord:
+        """The record of a running job a session adds: counted, and last among the candidates
+        of its team and instance type (the caller puts it in its place)."""
         return self._record(job)
 
     # -- accounting --------------------------------------------------------------------

@@ -18,7 +18,7 @@ from dataclasses import replace
 from itertools import chain
 
 from allocations.engine.accounting import account
-from allocations.engine.snapshot import Job, Node, PendingReason, Plan, Snapshot, Team
+from allocations.engine.snapshot import Job, JobChanges, Node, PendingReason, Plan, Snapshot, Team
 
 from .result import ClusterResult, JobResult, PreemptionRecord, Result, TeamResult, percentile
 from .scenario import Cancel, NodeDown, NodeUp, Scenario, ScenarioError, ScenarioJob, UpdatePolicy, UpdateTeam
@@ -109,9 +109,9 @@ class Replay:
         progress: Progress | None = None,
     ) -> None:
         if allocate is None:
-            from allocations.engine import allocate as engine_allocate
+            from allocations.engine.session import Session
 
-            allocate = engine_allocate
+            allocate = Session()
         self.scenario = scenario
         self.allocate = allocate
         self.progress = progress
@@ -134,6 +134,14 @@ class Replay:
         self.by_id = {run.spec.id: run for run in self.runs}
         self.pending: dict[int, _Run] = {}
         self.running: dict[int, _Run] = {}
+        # The engine's Job of each pending and running run (by seq), and what changed since the
+        # last snapshot (by id(): a Job added then removed before the next cycle cancels out),
+        # for the engine's Session (JobChanges).
+        self.pending_jobs: dict[int, Job] = {}
+        self.running_jobs: dict[int, Job] = {}
+        self.added: dict[int, Job] = {}
+        self.removed: dict[int, Job] = {}
+        self.serial = 0
         self.used: dict[tuple[str, str], int] = {}
         self.pending_gpus: dict[tuple[str, str], tuple[int, int]] = {}
         self.reasons: Mapping[str, PendingReason] = {}
@@ -178,12 +186,15 @@ class Replay:
         run.queued_at = now if requeued else run.spec.submit
         run.job = run.pending_job()
         self.pending[run.spec.seq] = run
+        self.pending_jobs[run.spec.seq] = run.job
+        self.added[id(run.job)] = run.job
         key = (run.spec.team, run.spec.instance_type)
         gpus, count = self.pending_gpus.get(key, (0, 0))
         self.pending_gpus[key] = (gpus + run.spec.gpus, count + 1)
 
     def _dequeue(self, run: _Run) -> None:
         del self.pending[run.spec.seq]
+        self._removed(self.pending_jobs.pop(run.spec.seq))
         key = (run.spec.team, run.spec.instance_type)
         gpus, count = self.pending_gpus[key]
         self.pending_gpus[key] = (gpus - run.spec.gpus, count - 1)
@@ -202,6 +213,8 @@ class Replay:
         run.start_seq = 0 if initial else self.start_counter
         assert run.job is not None
         run.job = replace(run.job, nodes=nodes, started_at=started_at, start_seq=run.start_seq)
+        self.running_jobs[spec.seq] = run.job
+        self.added[id(run.job)] = run.job
         for name, gpus in nodes:
             self.node_used[name] += gpus
             self.node_jobs[name].add(spec.seq)
@@ -216,9 +229,14 @@ class Replay:
             self.node_used[name] -= gpus
             self.node_jobs[name].discard(spec.seq)
         del self.running[spec.seq]
+        self._removed(self.running_jobs.pop(spec.seq))
         self._add(self.used, (spec.team, spec.instance_type), -spec.gpus)
         run.nodes = ()
         run.generation += 1
+
+    def _removed(self, job: Job) -> None:
+        if self.added.pop(id(job), None) is None:
+            self.removed[id(job)] = job
 
     def _place_initial(self) -> None:
         """Jobs with ``running_since`` are running at 0: place them best fit (the fullest
@@ -356,13 +374,17 @@ class Replay:
     # Cycles
 
     def _snapshot(self) -> Snapshot:
-        jobs = tuple(r.job for r in chain(self.running.values(), self.pending.values()))
+        changes = JobChanges(self.serial, tuple(self.added.values()), tuple(self.removed.values()))
+        self.added, self.removed = {}, {}
+        self.serial += 1
         return Snapshot(
             instance_types=self.scenario.instance_types,
             nodes=self.nodes_tuple,
             teams=self.teams_tuple,
             policy=self.policy,
-            jobs=jobs,  # type: ignore[arg-type]
+            jobs=tuple(chain(self.running_jobs.values(), self.pending_jobs.values())),
+            serial=self.serial,
+            changes=changes,
         )
 
     def _settle(self, now: float) -> None:
