@@ -78,22 +78,33 @@ def _other_lists(
     there; ``allowed``: only jobs of priority below it (None: any); ``max_priority``: and at
     most that; ``min_share``: only teams whose share is at least that."""
     it = rec.ts.name
-    out: list[tuple[TeamState, list[JobRecord]]] = []
-    for index in sorted(rec.ts.borrowers):
-        team = state.team_list[index]
-        if team is rec.team or (min_share is not None and state.share(team) < min_share):
-            continue
-        tt = team.per_type[it]
-        if not tt.candidates or not tt.candidate_gpus_below(allowed):
-            continue
-        cands = tt.candidates
-        if allowed is not None or max_priority is not None:
-            low = allowed if allowed is not None else 2**62
-            high = max_priority if max_priority is not None else 2**62
-            cands = [c for c in cands if c.priority < low and c.priority <= high]
-        if cands:
-            out.append((team, cands))
-    return out
+    key = (it, allowed, max_priority)
+    cached = state.other_lists.get(key)
+    if cached is None or cached[0] != state.changes:
+        # Every borrowing team's candidates (and share), until the next change of usage.
+        found: list[tuple[TeamState, list[JobRecord], ShareKey | None]] = []
+        for index in sorted(rec.ts.borrowers):
+            team = state.team_list[index]
+            tt = team.per_type[it]
+            if not tt.candidates or not tt.candidate_gpus_below(allowed):
+                continue
+            cands = tt.candidates
+            if allowed is not None or max_priority is not None:
+                low = allowed if allowed is not None else 2**62
+                high = max_priority if max_priority is not None else 2**62
+                cands = [c for c in cands if c.priority < low and c.priority <= high]
+            if cands:
+                found.append((team, cands, state.share(team) if state.fair_share else None))
+        cached = (state.changes, found)
+        state.other_lists[key] = cached
+    own = rec.team
+    if min_share is None:
+        return [(team, cands) for team, cands, _ in cached[1] if team is not own]
+    return [
+        (team, cands)
+        for team, cands, share in cached[1]
+        if team is not own and share is not None and share >= min_share
+    ]
 
 
 def _freeable(lists: list[tuple[TeamState, list[JobRecord]]], it: str) -> int:

@@ -222,6 +222,13 @@ class CycleState:
         # succeed: a preemption (frees GPUs), or a team borrowing more (its jobs become
         # candidates, its share rises). Admissions otherwise only make searches harder.
         self.preempt_epoch: dict[str, int] = {}
+        # Bumped by every change of a team's usage (a start, a removal, a restore): what the
+        # preemption searches cache (other teams' candidate lists) holds until it changes.
+        self.changes = 0
+        self.other_lists: dict[
+            tuple[str, int | None, int | None],
+            tuple[int, list[tuple[TeamState, list[JobRecord], tuple[int, int] | None]]],
+        ] = {}
         self._build(snapshot)
         self.preempt_epoch = dict.fromkeys(self.types, 0)
 
@@ -373,6 +380,7 @@ class CycleState:
     # -- accounting --------------------------------------------------------------------
     def _change_usage(self, rec: JobRecord, delta: int) -> None:
         tt, ts, team = rec.tt, rec.ts, rec.team
+        self.changes += 1
         old = tt.usage
         new = old + delta
         kept = tt.kept
