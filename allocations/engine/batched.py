@@ -278,6 +278,8 @@ class Queues:
             at = bisect_left(shape.keys, key)
             if at < len(shape.keys) and shape.items[at] is job:
                 del shape.keys[at], shape.items[at], shape.ids[at]
+                if not shape.keys:
+                    self.teams[team.index].drop(shape)
                 return True
         return False
 
