@@ -59,11 +59,15 @@ def random_scenario(rng: random.Random) -> dict[str, Any]:
             }
         )
     events: list[dict[str, Any]] = []
+    lost: set[str] = set()  # one node down (and back) at most per instance type
     for _ in range(rng.randint(0, 4)):
         at = rng.randrange(0, 500)
         kind = rng.choice(["node", "cancel", "team", "policy"])
         if kind == "node":
             it = rng.choice(TYPES)[0]
+            if it in lost:
+                continue
+            lost.add(it)
             events += [
                 {"at": at, "node_down": {"instance_type": it, "count": 1}},
                 {"at": at + rng.randrange(1, 100), "node_up": {"instance_type": it, "count": 1}},
@@ -81,7 +85,7 @@ def random_scenario(rng: random.Random) -> dict[str, Any]:
     return {
         "cluster": {
             "node_pools": [
-                {"instance_type": name, "count": rng.randint(1, 4), "gpus_per_node": per_node}
+                {"instance_type": name, "count": rng.randint(2, 4), "gpus_per_node": per_node}
                 for name, per_node in TYPES
             ]
         },
