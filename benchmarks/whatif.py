@@ -170,7 +170,7 @@ def main() -> int:
             print(f"history written: {args.jobs:,} jobs, {args.teams} teams, {NODES} nodes "
                   f"in {time.perf_counter() - started:.1f} s")  # fmt: skip
 
-        from allocations.engine import allocate
+        from allocations.engine.session import Session
         from allocations.models import InstanceType
         from allocations.simulation import parse_scenario
         from allocations.simulation.replay import Replay
@@ -202,7 +202,7 @@ def main() -> int:
             scenario = parse_scenario(data, keep_unfit=True)
             t_parse = time.perf_counter() - t0
             t0 = time.perf_counter()
-            engine = EngineClock(allocate)
+            engine = EngineClock(Session())
             recorder = figures.ReasonRecorder(engine)
             result = Replay(scenario, allocate=recorder, progress=Ticker(entry["name"], engine)).run()
             recorder.finish(result.end_time)

@@ -164,7 +164,7 @@ def _replay_all(run_id: int) -> dict[str, Any]:
     }
 
     # 2. One replay per policy, the live one first.
-    from allocations.engine import allocate
+    from allocations.engine.session import Session
 
     outcomes: list[dict[str, Any]] = []
     per_job: dict[str, dict[str, dict[str, Any]]] = {}
@@ -172,7 +172,7 @@ def _replay_all(run_id: int) -> dict[str, Any]:
         progress = _Progress(run_id, index, len(policies), entry["name"])
         progress.report(0.0, f"Replaying under {entry['name']}", force=True)
         scenario = parse_scenario(scenario_data(history_data, policies, entry["key"]), keep_unfit=True)
-        recorder = figures.ReasonRecorder(allocate)
+        recorder = figures.ReasonRecorder(Session())
         result = Replay(scenario, allocate=recorder, progress=progress).run()
         recorder.finish(result.end_time)
         shown, jobs = figures.figures(result, scenario, prices, recorder)
