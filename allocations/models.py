@@ -721,6 +721,8 @@ class WhatIfRun(models.Model):
     celery_task_id = models.CharField(max_length=64, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Written with every progress report: a running run whose heartbeat stops lost its worker.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

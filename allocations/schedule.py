@@ -38,6 +38,12 @@ def beat_schedule(allocation_interval: int) -> dict[str, dict[str, Any]]:
             "schedule": 300.0,
             "options": {"expires": 300.0},
         },
+        # whatif/runs.py: a run whose worker stopped becomes "failed" instead of "running".
+        "whatif-reaper": {
+            "task": "allocations.whatif.reap",
+            "schedule": 60.0,
+            "options": {"expires": 60.0},
+        },
         "weekly-reports": {
             "task": "allocations.send_weekly_reports",
             "schedule": 3600.0,

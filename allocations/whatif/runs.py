@@ -15,9 +15,11 @@ import logging
 import time
 import traceback
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from allocations.models import InstanceType, WhatIfRun, WhatIfRunState
@@ -76,13 +78,37 @@ def scenario_data(
 
 # --- Executing a run -----------------------------------------------------------------------------
 def _claim(run_id: int) -> bool:
+    now = timezone.now()
     return bool(
         WhatIfRun.objects.filter(pk=run_id, state=WhatIfRunState.QUEUED).update(
             state=WhatIfRunState.RUNNING,
-            started_at=timezone.now(),
+            started_at=now,
+            heartbeat_at=now,
             progress=0,
             progress_message="Reading the history",
         )
+    )
+
+
+def reap_stalled(stale_after: timedelta) -> int:
+    """End the runs left ``running`` by a worker that stopped (killed, out of memory, the machine
+    restarted): no progress report for ``stale_after``. They become ``failed`` with a message
+    saying so, instead of showing "running" forever; their drafts are untouched, and a new run
+    can be started. Returns how many were ended."""
+    now = timezone.now()
+    cutoff = now - stale_after
+    minutes = max(1, round(stale_after.total_seconds() / 60))
+    return WhatIfRun.objects.filter(
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff),
+        state=WhatIfRunState.RUNNING,
+    ).update(
+        state=WhatIfRunState.FAILED,
+        finished_at=now,
+        progress_message="Stopped",
+        error=(
+            f"The worker running this what-if run stopped: no progress for {minutes} minutes. "
+            "Nothing was applied; start the run again."
+        ),
     )
 
 
@@ -106,7 +132,7 @@ class _Progress:
             raise RunCancelled
         overall = min(1.0, (self.index + fraction) / self.count)
         WhatIfRun.objects.filter(pk=self.run_id, state=WhatIfRunState.RUNNING).update(
-            progress=overall, progress_message=message[:200]
+            progress=overall, progress_message=message[:200], heartbeat_at=timezone.now()
         )
 
     def __call__(self, now: float, end: float | None, done: int, total: int) -> None:

@@ -13,3 +13,15 @@ def run_whatif(run_id: int) -> str:
     from allocations.whatif.runs import execute
 
     return execute(run_id)
+
+
+@shared_task(name="allocations.whatif.reap", ignore_result=True)
+def reap_whatif_runs() -> int:
+    """Beat, every minute: end the runs whose worker stopped (``WHATIF_STALE_AFTER_S``)."""
+    from datetime import timedelta
+
+    from django.conf import settings
+
+    from allocations.whatif.runs import reap_stalled
+
+    return reap_stalled(timedelta(seconds=settings.WHATIF_STALE_AFTER_S))

@@ -171,6 +171,9 @@ METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 HISTORY_MINUTE_DAYS = env_int("HISTORY_MINUTE_DAYS", 14)
 HISTORY_HOUR_DAYS = env_int("HISTORY_HOUR_DAYS", 400)
 HISTORY_DAY_DAYS = env_int("HISTORY_DAY_DAYS", 3650)
+# A what-if run with no progress report for this long lost its worker and is marked failed
+# (progress is reported every half second while it replays).
+WHATIF_STALE_AFTER_S = env_int("WHATIF_STALE_AFTER_S", 600)
 
 # --- Auth, i18n, static ---------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

@@ -169,3 +169,47 @@ def test_a_run_refuses_a_bad_window_or_time_step_naming_it(week):
         "time_step": ["Time step must be 0 to 3600 seconds; got -5."],
     }
     assert not WhatIfRun.objects.exists()
+
+
+def test_a_run_whose_worker_stopped_is_marked_failed_by_the_reaper(week):
+    """A worker killed in the middle of a run (out of memory, a restart) leaves it "running":
+    the beat task ends such a run once its heartbeat is older than WHATIF_STALE_AFTER_S, with a
+    message; a run still reporting progress, and finished runs, are left alone."""
+    from datetime import timedelta
+
+    from django.test import Client
+    from django.urls import reverse
+    from django.utils import timezone
+
+    from allocations.whatif.tasks import reap_whatif_runs
+
+    done = run_week(week, lending_draft(week.personas))
+    assert done.heartbeat_at is not None and done.heartbeat_at >= done.started_at
+
+    draft = lending_draft(week.personas, name="another")
+
+    def started(minutes_ago: float) -> WhatIfRun:
+        run = services.whatif_run_create(
+            actor=week.personas.cluster_admin, drafts=[draft], window_start=week.start, window_end=week.end
+        )
+        at = timezone.now() - timedelta(minutes=minutes_ago)
+        WhatIfRun.objects.filter(pk=run.pk).update(
+            state=WhatIfRunState.RUNNING, started_at=at, heartbeat_at=at
+        )
+        return run
+
+    stalled, alive = started(11), started(1)
+    WhatIfRun.objects.filter(pk=done.pk).update(heartbeat_at=timezone.now() - timedelta(days=1))
+    assert reap_whatif_runs() == 1
+    stalled.refresh_from_db()
+    assert stalled.state == WhatIfRunState.FAILED and stalled.finished_at is not None
+    assert "stopped: no progress for 10 minutes" in stalled.error
+    assert WhatIfRun.objects.get(pk=alive.pk).state == WhatIfRunState.RUNNING
+    assert WhatIfRun.objects.get(pk=done.pk).state == WhatIfRunState.DONE
+    # The run's page polls this: it shows the failure and its message.
+    client = Client()
+    client.force_login(week.personas.cluster_admin)
+    status = client.get(reverse("allocations:whatif_run_status", kwargs={"pk": stalled.pk})).json()
+    assert status["state"] == "failed" and "start the run again" in status["error"]
+    # The worker cannot come back and overwrite it: its progress reports only touch running runs.
+    assert reap_whatif_runs() == 0
