@@ -113,7 +113,9 @@ def reap_stalled(stale_after: timedelta) -> int:
 
 
 def _finish(run_id: int, state: str, **fields: Any) -> None:
-    WhatIfRun.objects.filter(pk=run_id).update(state=state, finished_at=timezone.now(), **fields)
+    WhatIfRun.objects.filter(pk=run_id, state=WhatIfRunState.RUNNING).update(
+        state=state, finished_at=timezone.now(), **fields
+    )
 
 
 class _Progress:
@@ -161,6 +163,8 @@ def execute(run_id: int) -> str:
         return WhatIfRunState.FAILED
     with transaction.atomic():
         run = WhatIfRun.objects.select_for_update().get(pk=run_id)
+        if run.state != WhatIfRunState.RUNNING:
+            return str(run.state)  # ended meanwhile (the reaper took it for stalled): left as it is
         state = WhatIfRunState.CANCELLED if run.cancel_requested else WhatIfRunState.DONE
         run.state = state
         run.results = results

@@ -213,3 +213,29 @@ def test_a_run_whose_worker_stopped_is_marked_failed_by_the_reaper(week):
     assert status["state"] == "failed" and "start the run again" in status["error"]
     # The worker cannot come back and overwrite it: its progress reports only touch running runs.
     assert reap_whatif_runs() == 0
+
+
+def test_a_run_taken_for_stalled_is_not_overwritten_when_its_worker_comes_back(week, monkeypatch):
+    """A worker that was only slow (no report for WHATIF_STALE_AFTER_S) finds its run failed by
+    the reaper: it leaves it failed instead of turning it done behind the user's back."""
+    from datetime import timedelta
+
+    from allocations.whatif import runs
+
+    real_report = runs._Progress.report
+
+    def report(self, fraction, message, force=False):
+        runs.reap_stalled(timedelta(0))  # the reaper passes while the worker is busy
+        return real_report(self, fraction, message, force)
+
+    monkeypatch.setattr(runs._Progress, "report", report)
+    run = services.whatif_run_create(
+        actor=week.personas.cluster_admin,
+        drafts=[lending_draft(week.personas)],
+        window_start=week.start,
+        window_end=week.end,
+    )
+    assert execute(run.pk) == WhatIfRunState.FAILED
+    run.refresh_from_db()
+    assert run.state == WhatIfRunState.FAILED and "worker running this what-if run stopped" in run.error
+    assert "policies" not in run.results
