@@ -153,6 +153,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--step", type=int, default=60, help="time resolution of the scenario, s (0: exact)")
     parser.add_argument("--db", type=Path, help="SQLite file to create (default: a temporary one)")
+    parser.add_argument(
+        "--only", choices=("live", "draft"), help="replay only this policy (the target is for both)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         db = args.db or Path(tmp) / "whatif-bench.sqlite3"
@@ -197,6 +200,8 @@ def main() -> int:
 
         total = t_history
         for entry in policies:
+            if args.only and entry["name"] != args.only:
+                continue
             data = runs.scenario_data(built.data, policies, entry["key"])
             t0 = time.perf_counter()
             scenario = parse_scenario(data, keep_unfit=True)

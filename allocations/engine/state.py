@@ -430,8 +430,10 @@ class CycleState:
         borrowed = team.borrowed
         self._change_usage(rec, rec.gpus)
         if team.borrowed > borrowed:
+            # Its share rose: its candidates may now be taken where it borrows. A type where it
+            # has no candidate (every job there started in this cycle) gives nobody a victim.
             for name, tt in team.per_type.items():
-                if tt.usage > tt.quota:
+                if tt.usage > tt.quota and tt.candidates:
                     self.preempt_epoch[name] += 1
         return nodes
 
