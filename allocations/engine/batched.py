@@ -38,7 +38,7 @@ from itertools import count
 from typing import Any
 
 from .placement import NodeShare
-from .preemption import find_victims, in_back_off
+from .preemption import find_victims_once, in_back_off
 from .ranking import share_key
 from .snapshot import (
     IdleAllocation,
@@ -453,13 +453,8 @@ class BatchedCycle:
             self._start(rec)
             return {rec.team}
         if shape.eligible:
-            # A search that failed for this shape, as far within its quota, fails again until
-            # something that could help happened on this instance type.
-            within = rec.tt.usage + rec.gpus <= rec.tt.quota
             ident = shape.ident + rec.order_key if team.lone else shape.ident
-            search = (ident, within)
-            epoch = state.preempt_epoch[rec.ts.name]
-            victims = None if self.searched.get(search) == epoch else find_victims(state, rec)
+            victims = find_victims_once(state, rec, ident, self.searched)
             if victims is not None:
                 changed = {rec.team}
                 for victim, reason in victims:
@@ -467,7 +462,6 @@ class BatchedCycle:
                     changed.add(victim.team)
                 self._start(rec)
                 return changed
-            self.searched[search] = epoch
             if rec.team.team.reclaim != Reclaim.ANY and state.hold(rec.tt, rec.ts):
                 self.epoch += 1
         why = state.reason(rec)
@@ -490,14 +484,7 @@ class BatchedCycle:
         consumed jobs are settled."""
         self.preemptions.append(Preemption(victim.job.id, reason, preemptor.job.id))
         self.changes.append((victim, (victim.nodes, victim.preemptions, victim.last_preempted_at)))
-        victim.tt.drop_candidate(victim)
-        victim.nodes = ()
-        victim.was_running = False
-        victim.preemptions += 1
-        victim.last_preempted_at = self.now
-        epochs = self.state.preempt_epoch
-        for name in epochs if self.fair_share else (victim.ts.name,):
-            epochs[name] += 1
+        self.state.preempted(victim)
         self.requeue.append(victim)
         self.epoch += 1
 

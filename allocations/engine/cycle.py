@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from .preemption import find_victims, may_look_for_victims
+from .preemption import find_victims_once, may_look_for_victims
 from .snapshot import (
     IdleAllocation,
     PendingCode,
@@ -170,13 +170,7 @@ class _Cycle:
             self._start(rec)
             return {rec.team}
         if eligible:
-            # A search that failed for this shape, as far within its quota, fails again until
-            # something that could help happened on this instance type.
-            within = rec.tt.usage + rec.gpus <= rec.tt.quota
-            search = (shape, within)
-            epoch = state.preempt_epoch[rec.ts.name]
-            skip = self.shortcuts and self.searched.get(search) == epoch
-            victims = None if skip else find_victims(state, rec)
+            victims = find_victims_once(state, rec, shape, self.searched)
             if victims is not None:
                 changed = {rec.team}
                 for victim, reason in victims:
@@ -184,7 +178,6 @@ class _Cycle:
                     changed.add(victim.team)
                 self._start(rec)
                 return changed
-            self.searched[search] = epoch
             if rec.team.team.reclaim != Reclaim.ANY and state.hold(rec.tt, rec.ts):
                 self.epoch += 1
         why = state.reason(rec)
@@ -234,16 +227,7 @@ class _Cycle:
     def _preempt(self, victim: JobRecord, reason: PreemptionReason, preemptor: JobRecord) -> None:
         """Record a victim (already taken off its nodes) and put it back in its team's queue."""
         self.preemptions.append(Preemption(victim.job.id, reason, preemptor.job.id))
-        victim.tt.drop_candidate(victim)
-        victim.nodes = ()
-        victim.was_running = False
-        victim.preemptions += 1
-        victim.last_preempted_at = self.now
-        # Frees GPUs on its instance type; under fair share it also lowers its team's share,
-        # which may let that team's own searches on any instance type succeed.
-        epochs = self.state.preempt_epoch
-        for name in epochs if self.fair_share else (victim.ts.name,):
-            epochs[name] += 1
+        self.state.preempted(victim)
         if victim.team.team.active:
             heapq.heappush(self.requeued[victim.team.index], (victim.order_key, victim))
         else:

@@ -530,3 +530,19 @@ def find_victims(state: CycleState, rec: JobRecord) -> Victims | None:
     if state.fair_share:
         return _fair_share(state, rec)
     return _first_come_first_serve(state, rec)
+
+
+def find_victims_once(
+    state: CycleState, rec: JobRecord, shape: tuple[object, ...], searched: dict[tuple[object, ...], int]
+) -> Victims | None:
+    """``find_victims``, unless it already failed in this cycle for a job of the same ``shape``
+    as far within its quota, with nothing since that could help on its instance type (its
+    ``preempt_epoch``): such a search fails again. ``searched`` is the cycle's memory."""
+    key = (shape, rec.tt.usage + rec.gpus <= rec.tt.quota)
+    epoch = state.preempt_epoch[rec.ts.name]
+    if state.shortcuts and searched.get(key) == epoch:
+        return None
+    victims = find_victims(state, rec)
+    if victims is None:
+        searched[key] = epoch
+    return victims

@@ -447,6 +447,20 @@ class CycleState:
         rec.ts.placement.take(rec.nodes)
         self._change_usage(rec, rec.gpus)
 
+    def preempted(self, rec: JobRecord) -> None:
+        """A victim a search took off its nodes: no longer running nor a candidate, its
+        preemption counted (the back-off of POLICY.md 3.5). It frees GPUs on its instance type;
+        under fair share it also lowers its team's share, which may let that team's searches on
+        any instance type succeed: remembered failed searches there no longer hold."""
+        rec.tt.drop_candidate(rec)
+        rec.nodes = ()
+        rec.was_running = False
+        rec.preemptions += 1
+        rec.last_preempted_at = self.now
+        epochs = self.preempt_epoch
+        for name in epochs if self.fair_share else (rec.ts.name,):
+            epochs[name] += 1
+
     def hold(self, tt: TeamType, ts: TypeState) -> bool:
         """POLICY.md 3.3: take the team's unused lendable quota out of the pool for this cycle.
 

@@ -113,22 +113,6 @@ def busy_cluster(rng: random.Random, policy: ClusterPolicy) -> Snapshot:
     return Snapshot(types, tuple(nodes), tuple(teams), policy, tuple(jobs))
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    seed=st.integers(0, 2**32 - 1),
-    idle=st.sampled_from(list(IdleAllocation)),
-    ranking=st.sampled_from(list(TaskRanking)),
-    queueing=st.sampled_from(list(Queueing)),
-    share_unallocated=st.booleans(),
-)
-def test_shortcuts_never_change_the_plan(
-    seed: int, idle: IdleAllocation, ranking: TaskRanking, queueing: Queueing, share_unallocated: bool
-) -> None:
-    policy = ClusterPolicy(idle, ranking, share_unallocated, queueing, CLASSES)
-    snapshot = busy_cluster(random.Random(seed), policy)
-    assert allocate(snapshot, 0.0) == allocate_plainly(snapshot, 0.0)
-
-
 @settings(max_examples=150, deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
@@ -137,12 +121,14 @@ def test_shortcuts_never_change_the_plan(
     queueing=st.sampled_from(list(Queueing)),
     share_unallocated=st.booleans(),
 )
-def test_batched_cycle_gives_the_one_by_one_plan(
+def test_shortcuts_and_batches_never_change_the_plan(
     seed: int, idle: IdleAllocation, ranking: TaskRanking, queueing: Queueing, share_unallocated: bool
 ) -> None:
     policy = ClusterPolicy(idle, ranking, share_unallocated, queueing, CLASSES)
     snapshot = busy_cluster(random.Random(seed), policy)
-    assert allocate(snapshot, 0.0) == allocate_one_by_one(snapshot, 0.0)
+    plan = allocate(snapshot, 0.0)
+    assert plan == allocate_one_by_one(snapshot, 0.0)
+    assert plan == allocate_plainly(snapshot, 0.0)
 
 
 def test_busy_clusters_exercise_preemption() -> None:
