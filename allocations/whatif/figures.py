@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from allocations.engine.snapshot import Plan, Snapshot
+from allocations.engine.snapshot import PendingReason, Plan, Snapshot
 from allocations.simulation.result import JobResult, Result, percentile, to_json
 from allocations.simulation.scenario import Scenario
 
@@ -29,27 +29,36 @@ NO_CLASS = "(none)"
 
 class ReasonRecorder:
     """Wraps the engine's ``allocate`` and adds up, per job, the seconds it spent pending with
-    each reason code (the last plan of an instant holds until the next instant)."""
+    each reason code. The cycles of one instant take no time, so only the last plan of an
+    instant counts: it holds until the next instant. Each plan is therefore kept until a cycle
+    at a later time (or ``finish``) shows it was the last of its instant, and only then read; a
+    reason a job had only between two cycles of one instant is not recorded."""
 
     def __init__(self, allocate: Allocate) -> None:
         self.allocate = allocate
         self.current: dict[str, tuple[str, float, str]] = {}  # job -> (code, since, message)
         self.seconds: dict[str, dict[str, float]] = {}
         self.messages: dict[tuple[str, str], str] = {}
+        self.held: tuple[Mapping[str, PendingReason], float] | None = None  # the last plan, its time
 
     def __call__(self, snapshot: Snapshot, now: float) -> Plan:
         plan = self.allocate(snapshot, now)
-        pending = plan.pending
-        for job_id in self.current.keys() - pending.keys():
+        if self.held is not None and now > self.held[1]:
+            self._record(*self.held)
+        self.held = (plan.pending, now)
+        return plan
+
+    def _record(self, pending: Mapping[str, PendingReason], now: float) -> None:
+        current = self.current
+        for job_id in current.keys() - pending.keys():
             self._close(job_id, now)
         for job_id, reason in pending.items():
-            held = self.current.get(job_id)
+            held = current.get(job_id)
             code = reason.code.value
             if held is None or held[0] != code:
                 if held is not None:
                     self._close(job_id, now)
-                self.current[job_id] = (code, now, reason.message)
-        return plan
+                current[job_id] = (code, now, reason.message)
 
     def _close(self, job_id: str, now: float) -> None:
         code, since, message = self.current.pop(job_id)
@@ -58,6 +67,9 @@ class ReasonRecorder:
         self.messages[(job_id, code)] = message
 
     def finish(self, end: float) -> None:
+        if self.held is not None:
+            self._record(*self.held)
+            self.held = None
         for job_id in list(self.current):
             self._close(job_id, end)
 

@@ -52,6 +52,27 @@ def test_the_recorder_keeps_the_reason_a_job_waited_longest_with():
     recorder = ReasonRecorder(lambda snapshot, now: next(plans))
     for now in (0.0, 10.0, 400.0):
         recorder(None, now)  # type: ignore[arg-type]
+    recorder.finish(400.0)
     assert recorder.seconds == {"7": {"no-idle-capacity": 10.0, "borrow-limit": 390.0}}
     assert recorder.main_reason("7") == {"code": "borrow-limit", "message": "over its borrow cap"}
+    assert recorder.main_reason("8") is None
+
+
+def test_the_recorder_counts_only_the_last_plan_of_an_instant():
+    """Cycles at one time take none: a reason seen only between two of them is not recorded,
+    and the last plan of the instant holds until the next one."""
+    capacity = PendingReason(PendingCode("no-idle-capacity"), "no idle GPUs")
+    limit = PendingReason(PendingCode("borrow-limit"), "over its borrow cap")
+    plans = iter(
+        [
+            Plan(pending={"7": capacity, "8": capacity}),  # t=0, first cycle
+            Plan(pending={"7": limit}),  # t=0, the cycle at rest: 8 started, 7 now at its cap
+            Plan(pending={"7": limit}),  # t=30
+        ]
+    )
+    recorder = ReasonRecorder(lambda snapshot, now: next(plans))
+    for now in (0.0, 0.0, 30.0):
+        recorder(None, now)  # type: ignore[arg-type]
+    recorder.finish(100.0)
+    assert recorder.seconds == {"7": {"borrow-limit": 100.0}}
     assert recorder.main_reason("8") is None
