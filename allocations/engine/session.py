@@ -34,15 +34,15 @@ class Session:
 
     def __call__(self, snapshot: Snapshot, now: float) -> Plan:
         queues = self._queues
+        self._queues = None  # until this call has brought it up to date
         if queues is None or not self._update(queues, snapshot, now):
-            self._queues = None
             queues = Queues(snapshot, now)
             self.rebuilds += 1
             jobs = snapshot.jobs
             self._jobs = dict(zip(map(id, jobs), jobs, strict=True))
             self._records = {id(rec.job): rec for rec in queues.state.records}
             self._ids = {job.id for job in jobs}
-            self._queues = queues
+        self._queues = queues
         self._serial = snapshot.serial
         cycle = BatchedCycle(queues, now)
         try:
