@@ -118,13 +118,19 @@ def _in_burst(profile: Profile, team: str, now: datetime) -> bool:
     return (now.timestamp() + offset) % profile.burst_every_s < profile.burst_for_s
 
 
-def _size(rng: random.Random, profile: Profile, gpus_per_node: int, room: int) -> int:
+def _size(rng: random.Random, profile: Profile, gpus_per_node: int, room: int, left: int) -> int:
     """A job size that fits the remaining room: whole nodes for multi-node teams, else a power
-    of two up to one node."""
+    of two up to one node. With ``left`` submissions left in the tick and no more than the
+    room needs (one-node jobs, then the binary digits of the rest), the largest size that fits,
+    so that the tick still reaches the demand."""
+    sizes = [s for s in (1, 2, 4, 8, 16) if s <= min(room, gpus_per_node)]
+    if not sizes:
+        return 0
+    if left <= room // gpus_per_node + bin(room % gpus_per_node).count("1"):
+        return sizes[-1]
     if profile.whole_nodes and room >= 2 * gpus_per_node and rng.random() < 0.6:
         return gpus_per_node * rng.choice([n for n in (2, 3, 4) if n * gpus_per_node <= room])
-    sizes = [s for s in (1, 2, 4, 8, 16) if s <= min(room, gpus_per_node)]
-    return rng.choice(sizes) if sizes else 0
+    return rng.choice(sizes)
 
 
 def demo_workload_tick(now: datetime) -> int:
@@ -158,8 +164,9 @@ def demo_workload_tick(now: datetime) -> int:
         burst = _in_burst(profile, team.name, now)
         demand = profile.burst_demand if burst else profile.demand
         missing = math.ceil(quota.quota * demand) - backlog[team.pk, kind.pk]
-        for _ in range(MAX_SUBMISSIONS_PER_TICK):
-            gpus = _size(rng, profile, kind.gpus_per_node, missing)
+        largest = kind.gpus_per_node * 4  # lowered when a size is refused
+        for left in range(MAX_SUBMISSIONS_PER_TICK, 0, -1):
+            gpus = _size(rng, profile, kind.gpus_per_node, min(missing, largest), left)
             if gpus <= 0:
                 break
             names, weights = zip(*profile.priorities, strict=True)
@@ -179,7 +186,7 @@ def demo_workload_tick(now: datetime) -> int:
                 )
             except ValidationError as exc:  # e.g. larger than the team may ever use: try smaller
                 log.debug("demo job for %s not submitted: %s", team.name, exc)
-                missing = gpus - 1
+                largest = gpus - 1
                 continue
             missing -= gpus
             submitted += 1

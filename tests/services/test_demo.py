@@ -31,15 +31,21 @@ def test_does_nothing_unless_the_cluster_asks_for_it(personas: Personas) -> None
 
 
 def test_tops_every_teams_backlog_up_to_its_demand_once(personas: Personas) -> None:
+    """Whatever the sizes drawn (they are seeded by the minute, so 40 minutes are tried), one
+    tick of at most MAX_SUBMISSIONS_PER_TICK jobs a team brings it to its demand."""
     Cluster.objects.filter(pk=1).update(backend_settings={"demo_workload": True})
-    now = datetime.now(UTC)
-    assert demo_workload_tick(now) > 0
-    for team in (personas.team, personas.other_team):
-        jobs = Job.objects.filter(team=team)
-        assert jobs.aggregate(total=Sum("gpus"))["total"] == 8  # quota 8, default demand 1.0
-        assert all(job.requested_duration and job.priority_class and job.image for job in jobs)
-    assert JobEvent.objects.filter(kind="submitted").count() == Job.objects.count()
-    assert demo_workload_tick(now) == 0  # already at its demand
+    start = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+    for minute in range(40):
+        JobEvent.objects.all().delete()
+        Job.objects.all().delete()
+        now = start + timedelta(minutes=minute)
+        assert demo_workload_tick(now) > 0
+        for team in (personas.team, personas.other_team):
+            jobs = Job.objects.filter(team=team)
+            assert jobs.aggregate(total=Sum("gpus"))["total"] == 8, (minute, team.name)  # quota 8, demand 1.0
+            assert all(job.requested_duration and job.priority_class and job.image for job in jobs)
+        assert JobEvent.objects.filter(kind="submitted").count() == Job.objects.count()
+        assert demo_workload_tick(now) == 0  # already at its demand
 
 
 def test_demo_cluster_shows_borrowing_lending_and_reclaim(capsys: pytest.CaptureFixture[str]) -> None:
