@@ -284,7 +284,7 @@ class Queues:
         return False
 
     def add_running(self, job: Job) -> JobRecord:
-        rec = self.state.running_record(job)
+        rec = self.state.record(job)
         tt = rec.tt
         tt.candidates.pop()
         insort(tt.candidates, rec, key=_victim_key)
@@ -314,7 +314,6 @@ class BatchedCycle:
         state.now = now
         state.preempt_epoch = dict.fromkeys(state.types, 0)
         self.now = now
-        self.judge = queues.judge
         self.fair_share = queues.fair_share
         self.strict = queues.strict
         self.teams = queues.teams
@@ -444,7 +443,7 @@ class BatchedCycle:
     def _record(self, shape: _Shape) -> JobRecord:
         item = shape.items[shape.at]
         shape.at += 1
-        return item if isinstance(item, JobRecord) else self.state.pending_record(item)
+        return item if isinstance(item, JobRecord) else self.state.record(item)
 
     def _decide(self, team: _Team, shape: _Shape, rec: JobRecord) -> set[TeamState]:
         """Start, preempt for, or leave pending one head (as ``cycle._Cycle._decide``)."""

@@ -295,7 +295,7 @@ class CycleState:
             self.pending_jobs = [job for job in jobs if not job.nodes]
             jobs = [job for job in jobs if job.nodes]
         for job in jobs:
-            self.records.append(self._record(job))
+            self.records.append(self.record(job))
         for team_state in self.team_list:
             for tt in team_state.per_type.values():
                 tt.candidates.sort(key=lambda r: r.victim_key)
@@ -342,8 +342,10 @@ class CycleState:
                 used[name] = used.get(name, 0) + gpus
         return used
 
-    def _record(self, job: Job) -> JobRecord:
-        """A job's record; a running job is counted and becomes a preemption candidate."""
+    def record(self, job: Job) -> JobRecord:
+        """A job's record; a running job is counted and becomes the last of its team's
+        preemption candidates there (``_build`` sorts them; a session puts it in its place).
+        The batched cycle makes a pending job's record only when it first decides it."""
         owner = self.teams[job.team]
         prio = 0 if job.priority_class is None else self.weights.get(job.priority_class, 0)
         rec = JobRecord(
@@ -367,15 +369,6 @@ class CycleState:
             tt.cand_gpus[prio] = tt.cand_gpus.get(prio, 0) + rec.gpus
             tt.cand_max = max(tt.cand_max, rec.gpus)
         return rec
-
-    def pending_record(self, job: Job) -> JobRecord:
-        """The record of a pending job, made when the batched cycle first decides it."""
-        return self._record(job)
-
-    def running_record(self, job: Job) -> JobRecord:
-        """The record of a running job a session adds: counted, and last among the candidates
-        of its team and instance type (the caller puts it in its place)."""
-        return self._record(job)
 
     # -- accounting --------------------------------------------------------------------
     def _change_usage(self, rec: JobRecord, delta: int) -> None:
