@@ -288,6 +288,7 @@ class Queues:
         tt = rec.tt
         tt.candidates.pop()
         insort(tt.candidates, rec, key=_victim_key)
+        rec.ts.cand_version += 1
         rec.ts.placement.take(job.nodes)
         return rec
 
@@ -295,6 +296,7 @@ class Queues:
         self.state.remove(rec)
         tt = rec.tt
         tt.candidates.remove(rec)
+        rec.ts.cand_version += 1
         tt.cand_gpus[rec.priority] -= rec.gpus
         if rec.gpus >= tt.cand_max:
             tt.cand_max = max((c.gpus for c in tt.candidates), default=0)
@@ -581,6 +583,7 @@ class BatchedCycle:
             state.restore(rec)
             tt = rec.tt
             insort(tt.candidates, rec, key=_victim_key)
+            rec.ts.cand_version += 1
             tt.cand_gpus[rec.priority] += rec.gpus
 
 

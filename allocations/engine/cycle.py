@@ -21,7 +21,10 @@ handful of real fit tests.
 
 from __future__ import annotations
 
+import gc
 import heapq
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .preemption import find_victims_once, may_look_for_victims
@@ -52,7 +55,23 @@ def allocate(snapshot: Snapshot, now: float) -> Plan:
     """
     from .batched import BatchedCycle, Queues
 
-    return BatchedCycle(Queues(snapshot, now), now).run()
+    with gc_paused():
+        return BatchedCycle(Queues(snapshot, now), now).run()
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection during a cycle. A cycle makes hundreds of thousands of
+    tuples and records and frees none of them before it ends, so each collection the
+    interpreter starts on the way only walks live objects (the snapshot's jobs among them) and
+    finds nothing: 10 to 20% of a 100k-job cycle. A collector already off stays off."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def allocate_one_by_one(snapshot: Snapshot, now: float) -> Plan:

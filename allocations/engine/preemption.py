@@ -77,13 +77,16 @@ def _other_lists(
     """Other teams' candidates on the preemptor's instance type, from teams above their quota
     there; ``allowed``: only jobs of priority below it (None: any); ``max_priority``: and at
     most that; ``min_share``: only teams whose share is at least that."""
-    it = rec.ts.name
+    ts = rec.ts
+    it = ts.name
     key = (it, allowed, max_priority)
     cached = state.other_lists.get(key)
-    if cached is None or cached[0] != state.changes:
-        # Every borrowing team's candidates (and share), until the next change of usage.
-        found: list[tuple[TeamState, list[JobRecord], ShareKey | None]] = []
-        for index in sorted(rec.ts.borrowers):
+    if cached is None or cached[0] != ts.cand_version:
+        # Every borrowing team's candidates, until the borrowers or their candidates here
+        # change (``TypeState.cand_version``); shares move with every start, so they are not
+        # kept.
+        found: list[tuple[TeamState, list[JobRecord]]] = []
+        for index in sorted(ts.borrowers):
             team = state.team_list[index]
             tt = team.per_type[it]
             if not tt.candidates or not tt.candidate_gpus_below(allowed):
@@ -94,17 +97,43 @@ def _other_lists(
                 high = max_priority if max_priority is not None else 2**62
                 cands = [c for c in cands if c.priority < low and c.priority <= high]
             if cands:
-                found.append((team, cands, state.share(team) if state.fair_share else None))
-        cached = (state.changes, found)
+                found.append((team, cands))
+        cached = (ts.cand_version, found)
         state.other_lists[key] = cached
     own = rec.team
     if min_share is None:
-        return [(team, cands) for team, cands, _ in cached[1] if team is not own]
-    return [
-        (team, cands)
-        for team, cands, share in cached[1]
-        if team is not own and share is not None and share >= min_share
-    ]
+        return [(team, cands) for team, cands in cached[1] if team is not own]
+    # The same lists, highest share first, until a share or the lists change; the teams at or
+    # above ``min_share`` are then a prefix (few, in a busy cluster), returned in team order.
+    ranked = state.ranked_lists.get(key)
+    if ranked is None or ranked[0] != ts.cand_version or ranked[1] != state.borrow_version:
+        pool_total = state.pool_total
+        by_share = sorted(
+            (
+                (share_key(team.borrowed, team.weight, pool_total), team.index, team, cands)
+                for team, cands in cached[1]
+            ),
+            key=_share_first,
+            reverse=True,
+        )
+        ranked = (ts.cand_version, state.borrow_version, by_share)
+        state.ranked_lists[key] = ranked
+    chosen = []
+    for share, index, team, cands in ranked[2]:
+        if share < min_share:
+            break
+        if team is not own:
+            chosen.append((index, team, cands))
+    chosen.sort(key=_first)
+    return [(team, cands) for _, team, cands in chosen]
+
+
+def _share_first(entry: tuple[ShareKey, int, TeamState, list[JobRecord]]) -> tuple[ShareKey, int]:
+    return entry[0], entry[1]
+
+
+def _first(entry: tuple[int, TeamState, list[JobRecord]]) -> int:
+    return entry[0]
 
 
 def _freeable(lists: list[tuple[TeamState, list[JobRecord]]], it: str) -> int:
@@ -341,18 +370,41 @@ def _placement_hopeless(
 ) -> bool:
     """Cheap necessary test of node placement: even with every candidate that could go gone,
     no ready node would have room (or, for a multi-node job, too few nodes would be whole and
-    free). Another team gives at most ``_freeable`` GPUs, which bounds its gain on any node."""
+    free). Another team gives at most ``_freeable`` GPUs, which bounds its gain on any node.
+    The gains only grow as candidates are added, so the test stops at the first node (or
+    whole-node count) that would do: the common answer, "not hopeless", comes early."""
     placement = rec.ts.placement
     g = rec.gpus
     if not state.shortcuts or placement.can_place(g):
         return False
     it = rec.ts.name
-    index = placement.index
+    index, free, ready, size = placement.index, placement.free, placement.ready, placement.gpus
+    single = g <= placement.gpus_per_node
+    need_whole = g - placement.empty_gpus  # GPUs of nodes that must become whole and free
+    if not single and need_whole <= 0:
+        return False
+    whole = 0
     gain: dict[int, int] = {}
+
+    def grows(i: int, by: int) -> bool:
+        """Node ``i`` may gain ``by`` more GPUs; True when that makes the job placeable."""
+        nonlocal whole
+        before = gain.get(i, 0)
+        after = before + by
+        gain[i] = after
+        if not ready[i]:
+            return False
+        if single:
+            return free[i] + after >= g
+        if free[i] + before < size[i] <= free[i] + after and size[i] > free[i]:
+            whole += size[i]
+            return whole >= need_whole
+        return False
+
     for cand in own:
         for name, gpus in cand.nodes:
-            i = index[name]
-            gain[i] = gain.get(i, 0) + gpus
+            if grows(index[name], gpus):
+                return False
     for team, cands in others:
         tt = team.per_type[it]
         cap = min(sum(c.gpus for c in cands), tt.usage - tt.quota + tt.cand_max - 1)
@@ -360,16 +412,12 @@ def _placement_hopeless(
         for cand in cands:
             for name, gpus in cand.nodes:
                 i = index[name]
-                mine[i] = mine.get(i, 0) + gpus
-        for i, gpus in mine.items():
-            gain[i] = gain.get(i, 0) + min(gpus, cap)
-    free, ready, size = placement.free, placement.ready, placement.gpus
-    if g <= placement.gpus_per_node:
-        return not any(ready[i] and free[i] + extra >= g for i, extra in gain.items())
-    whole = placement.empty_gpus + sum(
-        size[i] for i, extra in gain.items() if ready[i] and free[i] + extra >= size[i] > free[i]
-    )
-    return whole < g
+                old = mine.get(i, 0)
+                mine[i] = old + gpus
+                by = min(old + gpus, cap) - min(old, cap)
+                if by > 0 and grows(i, by):
+                    return False
+    return True
 
 
 def _first_come_first_serve(state: CycleState, rec: JobRecord) -> Victims | None:

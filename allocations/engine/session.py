@@ -16,6 +16,7 @@ cannot place) makes it start again from the snapshot, which also raises the same
 from __future__ import annotations
 
 from .batched import BatchedCycle, Queues
+from .cycle import gc_paused
 from .snapshot import Job, Plan, Snapshot
 from .state import JobRecord
 
@@ -33,6 +34,10 @@ class Session:
         self.rebuilds = 0  # how often it started again from a snapshot
 
     def __call__(self, snapshot: Snapshot, now: float) -> Plan:
+        with gc_paused():
+            return self._cycle(snapshot, now)
+
+    def _cycle(self, snapshot: Snapshot, now: float) -> Plan:
         queues = self._queues
         self._queues = None  # until this call has brought it up to date
         if queues is None or not self._update(queues, snapshot, now):

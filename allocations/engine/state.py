@@ -136,6 +136,7 @@ class TypeState:
 
     __slots__ = (
         "borrowers",
+        "cand_version",
         "capacity",
         "capacity_ever",
         "held",
@@ -156,6 +157,9 @@ class TypeState:
         self.held = 0  # unused lendable quota of the teams holding it (POLICY.md 3.3)
         self.running = 0  # GPUs of running jobs, on ready nodes or not
         self.borrowers: set[int] = set()  # indexes of the teams above their quota here
+        # Bumped whenever ``borrowers`` or a team's preemption candidates here change: other
+        # teams' candidate lists (``preemption._other_lists``) hold until it moves.
+        self.cand_version = 0
 
 
 class TeamState:
@@ -222,12 +226,17 @@ class CycleState:
         # succeed: a preemption (frees GPUs), or a team borrowing more (its jobs become
         # candidates, its share rises). Admissions otherwise only make searches harder.
         self.preempt_epoch: dict[str, int] = {}
-        # Bumped by every change of a team's usage (a start, a removal, a restore): what the
-        # preemption searches cache (other teams' candidate lists) holds until it changes.
-        self.changes = 0
+        # Other teams' candidate lists by (instance type, priority bounds), with the type's
+        # ``cand_version`` they were made at (``preemption._other_lists``).
         self.other_lists: dict[
+            tuple[str, int | None, int | None], tuple[int, list[tuple[TeamState, list[JobRecord]]]]
+        ] = {}
+        # Bumped whenever a team's borrowed GPUs change (its share moves): the same lists
+        # ranked by share hold until then (``preemption._other_lists``).
+        self.borrow_version = 0
+        self.ranked_lists: dict[
             tuple[str, int | None, int | None],
-            tuple[int, list[tuple[TeamState, list[JobRecord], tuple[int, int] | None]]],
+            tuple[int, int, list[tuple[ShareKey, int, TeamState, list[JobRecord]]]],
         ] = {}
         self._build(snapshot)
         self.preempt_epoch = dict.fromkeys(self.types, 0)
@@ -368,12 +377,12 @@ class CycleState:
             tt.candidates.append(rec)
             tt.cand_gpus[prio] = tt.cand_gpus.get(prio, 0) + rec.gpus
             tt.cand_max = max(tt.cand_max, rec.gpus)
+            rec.ts.cand_version += 1
         return rec
 
     # -- accounting --------------------------------------------------------------------
     def _change_usage(self, rec: JobRecord, delta: int) -> None:
         tt, ts, team = rec.tt, rec.ts, rec.team
-        self.changes += 1
         old = tt.usage
         new = old + delta
         kept = tt.kept
@@ -384,8 +393,12 @@ class CycleState:
             ts.held += tt.unused_lendable() - before
         tt.usage = new
         quota = tt.quota
-        team.borrowed += max(0, new - quota) - max(0, old - quota)
+        borrowed = max(0, new - quota) - max(0, old - quota)
+        if borrowed:
+            team.borrowed += borrowed
+            self.borrow_version += 1
         if (old > quota) != (new > quota):
+            ts.cand_version += 1
             if new > quota:
                 ts.borrowers.add(team.index)
             else:
@@ -446,6 +459,7 @@ class CycleState:
         under fair share it also lowers its team's share, which may let that team's searches on
         any instance type succeed: remembered failed searches there no longer hold."""
         rec.tt.drop_candidate(rec)
+        rec.ts.cand_version += 1
         rec.nodes = ()
         rec.was_running = False
         rec.preemptions += 1
