@@ -35,6 +35,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right, insort
 from itertools import count
+from operator import attrgetter
 from typing import Any
 
 from .placement import NodeShare
@@ -85,7 +86,8 @@ class _Shape:
         ident: Ident,
         gpus: int,
         eligible: bool,
-        pairs: list[tuple[OrderKey, Job | JobRecord]],
+        keys: list[OrderKey],
+        items: list[Job | JobRecord],
         state: CycleState,
         team: TeamState,
         instance_type: str,
@@ -93,9 +95,9 @@ class _Shape:
         self.ident = ident  # (team index, instance type, GPUs, priority, may look for victims)
         self.gpus = gpus
         self.eligible = eligible
-        self.keys: list[OrderKey] = [p[0] for p in pairs]
-        self.items: list[Job | JobRecord] = [p[1] for p in pairs]
-        self.ids: list[str] = [k[3] for k in self.keys]
+        self.keys = keys
+        self.items = items
+        self.ids: list[str] = [k[3] for k in keys]
         self.at = 0
         self.tt = team.per_type[instance_type]
         self.ts = state.types[instance_type]
@@ -142,8 +144,10 @@ class _Team:
         best: _Shape | None = None
         best_key: OrderKey | None = None
         for shape in self.shapes:
-            if shape.at < len(shape.keys):
-                key = shape.keys[shape.at]
+            at = shape.at
+            keys = shape.keys
+            if at < len(keys):
+                key = keys[at]
                 if best_key is None or key < best_key:
                     best, best_key = shape, key
         return best
@@ -167,7 +171,13 @@ class Queues:
         # Pending jobs in their back-off that may look for victims once it ends: (end, n, job).
         self.backoff: list[tuple[float, int, Job]] = []
         self._noted = count()
-        self.epoch_base = 0  # cycles of a session go on counting epochs from here
+        # Cycles of a session go on counting epochs from here. After a cycle that changed
+        # nothing (no start, preemption or hold) it stays that cycle's epoch until a running
+        # job is added or removed: the next cycle starts from the very same accounting, so the
+        # reasons its shapes failed with still hold for every job of those shapes (pending jobs
+        # added or moved out of their back-off included). Not under strict FIFO, where only a
+        # job really decided in the cycle blocks its team.
+        self.epoch_base = 0
         self._shapes(self.state.pending_jobs)
 
     def _shapes(self, pending: list[Job]) -> None:
@@ -203,17 +213,17 @@ class Queues:
                     merged.setdefault((team.index, it, gpus, prio, eligible), []).append(job)
             else:
                 merged.setdefault((team.index, it, gpus, prio, static), []).extend(jobs)
-        for ident, jobs in sorted(merged.items(), key=lambda e: e[0]):
+        for ident, jobs in sorted(merged.items(), key=_first):
+            # One priority in a shape: its queue order is submit time, seq, id (POLICY.md 3.1).
+            jobs.sort(key=_submitted)
             neg = -ident[3]
-            pairs: list[tuple[OrderKey, Job | JobRecord]] = sorted(
-                [((neg, j.submit_time, j.seq, j.id), j) for j in jobs], key=_first
-            )
-            self.new_shape(ident, pairs)
+            items: list[Job | JobRecord] = list(jobs)
+            self.new_shape(ident, [(neg, j.submit_time, j.seq, j.id) for j in jobs], items)
 
-    def new_shape(self, ident: Ident, pairs: list[tuple[OrderKey, Job | JobRecord]]) -> _Shape:
+    def new_shape(self, ident: Ident, keys: list[OrderKey], items: list[Job | JobRecord]) -> _Shape:
         index, it, gpus, _, eligible = ident
         team = self.state.team_list[index]
-        shape = _Shape(ident, gpus, eligible, pairs, self.state, team, it)
+        shape = _Shape(ident, gpus, eligible, keys, items, self.state, team, it)
         shape.unfit = self.judge.judge(team.team.name, it, gpus)
         self.teams[index].add(shape)
         return shape
@@ -257,7 +267,7 @@ class Queues:
         key: OrderKey = (-ident[3], job.submit_time, job.seq, job.id)
         shape = self.teams[ident[0]].by_ident.get(ident)
         if shape is None:
-            self.new_shape(ident, [(key, job)])
+            self.new_shape(ident, [key], [job])
             return
         at = bisect_left(shape.keys, key)
         shape.keys.insert(at, key)
@@ -284,6 +294,7 @@ class Queues:
         return False
 
     def add_running(self, job: Job) -> JobRecord:
+        self.epoch_base += 1
         rec = self.state.record(job)
         tt = rec.tt
         tt.candidates.pop()
@@ -293,6 +304,7 @@ class Queues:
         return rec
 
     def remove_running(self, rec: JobRecord) -> None:
+        self.epoch_base += 1
         self.state.remove(rec)
         tt = rec.tt
         tt.candidates.remove(rec)
@@ -383,14 +395,19 @@ class BatchedCycle:
         nxt: _Shape | None = None
         nxt_key: OrderKey | None = None
         failing: list[tuple[_Shape, PendingReason]] = []
-        for shape in team.shapes:
-            if shape.at >= len(shape.keys):
+        epoch = -2 if team.lone else self.epoch  # no shape fails at epoch -2
+        for shape in team.shapes:  # ``_failing`` inlined: this loop is the cycle's hottest
+            at = shape.at
+            keys = shape.keys
+            if at >= len(keys):
                 continue
-            reason = self._failing(team, shape)
+            reason = shape.unfit
+            if reason is None and shape.fail_epoch == epoch:
+                reason = shape.fail_reason
             if reason is not None:
                 failing.append((shape, reason))
             else:
-                key = shape.keys[shape.at]
+                key = keys[at]
                 if nxt_key is None or key < nxt_key:
                     nxt, nxt_key = shape, key
         top = base
@@ -499,7 +516,7 @@ class BatchedCycle:
         ident = (team_state.index, it, g, rec.priority, eligible)
         shape = self.teams[team_state.index].by_ident.get(ident)
         if shape is None:
-            shape = self.queues.new_shape(ident, [(rec.order_key, rec)])
+            shape = self.queues.new_shape(ident, [rec.order_key], [rec])
             self.created.append(shape)
         else:
             shape.insert(rec.order_key, rec)
@@ -539,7 +556,8 @@ class BatchedCycle:
                 self._offer(teams[index])
         self._settle_logs(None)
         self._finish()
-        self.queues.epoch_base = self.epoch + 1
+        rested = self.epoch == self.queues.epoch_base and not self.strict
+        self.queues.epoch_base = self.epoch if rested else self.epoch + 1
         return Plan(starts=tuple(self.starts), preemptions=tuple(self.preemptions), pending=self.pending)
 
     def _finish(self) -> None:
@@ -591,8 +609,11 @@ def _victim_key(rec: JobRecord) -> tuple[int, float, int, int, str]:
     return rec.victim_key
 
 
-def _first(pair: tuple[OrderKey, object]) -> OrderKey:
+def _first(pair: tuple[Ident, object]) -> Ident:
     return pair[0]
+
+
+_submitted = attrgetter("submit_time", "seq", "id")
 
 
 def _inactive(team: TeamState) -> PendingReason:

@@ -25,6 +25,8 @@ from .snapshot import (
 from .state import CycleState, JobRecord, TeamState, TeamType, effective_preempt_while_borrowing
 
 Victims = list[tuple[JobRecord, PreemptionReason]]
+# Another team's candidates on one instance type, and their GPUs in all.
+Others = list[tuple[TeamState, list[JobRecord], int]]
 
 
 def in_back_off(rec: JobRecord, now: float) -> bool:
@@ -73,7 +75,7 @@ def _other_lists(
     allowed: int | None,
     max_priority: int | None = None,
     min_share: ShareKey | None = None,
-) -> list[tuple[TeamState, list[JobRecord]]]:
+) -> Others:
     """Other teams' candidates on the preemptor's instance type, from teams above their quota
     there; ``allowed``: only jobs of priority below it (None: any); ``max_priority``: and at
     most that; ``min_share``: only teams whose share is at least that."""
@@ -85,7 +87,7 @@ def _other_lists(
         # Every borrowing team's candidates, until the borrowers or their candidates here
         # change (``TypeState.cand_version``); shares move with every start, so they are not
         # kept.
-        found: list[tuple[TeamState, list[JobRecord]]] = []
+        found: Others = []
         for index in sorted(ts.borrowers):
             team = state.team_list[index]
             tt = team.per_type[it]
@@ -97,12 +99,12 @@ def _other_lists(
                 high = max_priority if max_priority is not None else 2**62
                 cands = [c for c in cands if c.priority < low and c.priority <= high]
             if cands:
-                found.append((team, cands))
+                found.append((team, cands, sum(c.gpus for c in cands)))
         cached = (ts.cand_version, found)
         state.other_lists[key] = cached
     own = rec.team
     if min_share is None:
-        return [(team, cands) for team, cands in cached[1] if team is not own]
+        return [entry for entry in cached[1] if entry[0] is not own]
     # The same lists, highest share first, until a share or the lists change; the teams at or
     # above ``min_share`` are then a prefix (few, in a busy cluster), returned in team order.
     ranked = state.ranked_lists.get(key)
@@ -110,8 +112,8 @@ def _other_lists(
         pool_total = state.pool_total
         by_share = sorted(
             (
-                (share_key(team.borrowed, team.weight, pool_total), team.index, team, cands)
-                for team, cands in cached[1]
+                (share_key(entry[0].borrowed, entry[0].weight, pool_total), entry[0].index, entry)
+                for entry in cached[1]
             ),
             key=_share_first,
             reverse=True,
@@ -119,30 +121,30 @@ def _other_lists(
         ranked = (ts.cand_version, state.borrow_version, by_share)
         state.ranked_lists[key] = ranked
     chosen = []
-    for share, index, team, cands in ranked[2]:
+    for share, index, entry in ranked[2]:
         if share < min_share:
             break
-        if team is not own:
-            chosen.append((index, team, cands))
+        if entry[0] is not own:
+            chosen.append((index, entry))
     chosen.sort(key=_first)
-    return [(team, cands) for _, team, cands in chosen]
+    return [entry for _, entry in chosen]
 
 
-def _share_first(entry: tuple[ShareKey, int, TeamState, list[JobRecord]]) -> tuple[ShareKey, int]:
-    return entry[0], entry[1]
+def _share_first(ranked: tuple[ShareKey, int, object]) -> tuple[ShareKey, int]:
+    return ranked[0], ranked[1]
 
 
-def _first(entry: tuple[int, TeamState, list[JobRecord]]) -> int:
-    return entry[0]
+def _first(chosen: tuple[int, object]) -> int:
+    return chosen[0]
 
 
-def _freeable(lists: list[tuple[TeamState, list[JobRecord]]], it: str) -> int:
+def _freeable(lists: Others, it: str) -> int:
     """At most what these other teams' candidates can free: a team gives jobs only while it
     stays above its quota, so no more than its borrowed GPUs plus one job less one GPU."""
     total = 0
-    for team, cands in lists:
+    for team, _, gpus in lists:
         tt = team.per_type[it]
-        total += min(sum(c.gpus for c in cands), tt.usage - tt.quota + tt.cand_max - 1)
+        total += min(gpus, tt.usage - tt.quota + tt.cand_max - 1)
     return total
 
 
@@ -302,7 +304,7 @@ def _fill_back(state: CycleState, rec: JobRecord, taken: Victims, within_quota: 
 def _minimal(
     state: CycleState,
     rec: JobRecord,
-    others: list[tuple[TeamState, list[JobRecord]]],
+    others: Others,
     other_reason: PreemptionReason,
     own: list[JobRecord],
     within_quota: bool,
@@ -314,7 +316,7 @@ def _minimal(
     """
     trial = Trial(state, rec)
     taken: Victims = []
-    heap = [(cands[0].victim_key, n) for n, (_, cands) in enumerate(others)]
+    heap = [(cands[0].victim_key, n) for n, (_, cands, _) in enumerate(others)]
     heapq.heapify(heap)
     cursor = [0] * len(others)
     while heap:
@@ -365,9 +367,7 @@ def _team_limit_hopeless(rec: JobRecord, own: list[JobRecord], within_quota: boo
     return after - sum(c.gpus for c in own) > limit
 
 
-def _placement_hopeless(
-    state: CycleState, rec: JobRecord, own: list[JobRecord], others: list[tuple[TeamState, list[JobRecord]]]
-) -> bool:
+def _placement_hopeless(state: CycleState, rec: JobRecord, own: list[JobRecord], others: Others) -> bool:
     """Cheap necessary test of node placement: even with every candidate that could go gone,
     no ready node would have room (or, for a multi-node job, too few nodes would be whole and
     free). Another team gives at most ``_freeable`` GPUs, which bounds its gain on any node.
@@ -405,9 +405,9 @@ def _placement_hopeless(
         for name, gpus in cand.nodes:
             if grows(index[name], gpus):
                 return False
-    for team, cands in others:
+    for team, cands, gpus_in_all in others:
         tt = team.per_type[it]
-        cap = min(sum(c.gpus for c in cands), tt.usage - tt.quota + tt.cand_max - 1)
+        cap = min(gpus_in_all, tt.usage - tt.quota + tt.cand_max - 1)
         mine: dict[int, int] = {}
         for cand in cands:
             for name, gpus in cand.nodes:
@@ -491,7 +491,7 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
     if _placement_hopeless(state, rec, own, others):
         return None
     lists: dict[int, tuple[TeamState, list[JobRecord]]] = {
-        team.index: (team, cands) for team, cands in others
+        team.index: (team, cands) for team, cands, _ in others
     }
     if own:
         lists[own_team.index] = (own_team, own)

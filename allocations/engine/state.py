@@ -229,14 +229,14 @@ class CycleState:
         # Other teams' candidate lists by (instance type, priority bounds), with the type's
         # ``cand_version`` they were made at (``preemption._other_lists``).
         self.other_lists: dict[
-            tuple[str, int | None, int | None], tuple[int, list[tuple[TeamState, list[JobRecord]]]]
+            tuple[str, int | None, int | None], tuple[int, list[tuple[TeamState, list[JobRecord], int]]]
         ] = {}
         # Bumped whenever a team's borrowed GPUs change (its share moves): the same lists
         # ranked by share hold until then (``preemption._other_lists``).
         self.borrow_version = 0
         self.ranked_lists: dict[
             tuple[str, int | None, int | None],
-            tuple[int, int, list[tuple[ShareKey, int, TeamState, list[JobRecord]]]],
+            tuple[int, int, list[tuple[ShareKey, int, tuple[TeamState, list[JobRecord], int]]]],
         ] = {}
         self._build(snapshot)
         self.preempt_epoch = dict.fromkeys(self.types, 0)
