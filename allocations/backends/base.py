@@ -113,6 +113,9 @@ class BackendJob:
     finished_at: float | None = None
     exit_code: int | None = None
     reason: str = ""
+    # A pending job the backend will not start by itself (Slurm: held). One it may start on
+    # its own is made so by the loop (``preempt``), since gpugov alone decides what runs.
+    held: bool = False
 
 
 class ClusterBackend(ABC):

@@ -180,6 +180,7 @@ class SimulatedBackend(ClusterBackend):
                 finished_at=row.finished_at.timestamp() if row.finished_at else None,
                 exit_code=row.exit_code,
                 reason=row.reason,
+                held=row.state == "pending",  # a preempted job starts again only when told
             )
             for row in SimulatedJob.objects.order_by("id")
         ]

@@ -400,6 +400,7 @@ def backend_job(job_id: str, job: SlurmJob) -> BackendJob:
         finished_at=job.end_time if ended else None,
         exit_code=exit_code_from_status(job.exit_status) if ended and job.exit_status is not None else None,
         reason=reason,
+        held=state is BackendJobState.PENDING and (job.held or job.state == "REQUEUE_HOLD"),
     )
 
 

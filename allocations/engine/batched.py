@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right, insort
+from collections import defaultdict
 from itertools import count
 from operator import attrgetter
 from typing import Any
@@ -184,30 +185,20 @@ class Queues:
         state = self.state
         now = self.now
         weights = state.weights
-        groups: dict[tuple[str, str, int, str | None, bool], list[Job]] = {}
+        groups: defaultdict[tuple[str, str, int, str | None, int], list[Job]] = defaultdict(list)
         for job in pending:
-            key = (
-                job.team,
-                job.instance_type,
-                job.gpus,
-                job.priority_class,
-                job.preemptions > 0 and job.last_preempted_at is not None,
-            )
-            group = groups.get(key)
-            if group is None:
-                groups[key] = group = []
-            group.append(job)
+            groups[_grouping(job)].append(job)
         # Merge groups into shapes: classes of equal weight share a shape, and the back-off
         # (which depends on each job's own preemptions) is decided per job where it may apply.
         merged: dict[Ident, list[Job]] = {}
-        for (team_name, it, gpus, pclass, maybe_backoff), jobs in groups.items():
+        for (team_name, it, gpus, pclass, preempted), jobs in groups.items():
             team = state.teams[team_name]
             if not team.team.active:
                 self.inactive.setdefault(team.index, {}).update(dict.fromkeys([j.id for j in jobs]))
                 continue
             prio = 0 if pclass is None else weights.get(pclass, 0)
             static = self.may_look(team, it, gpus)
-            if maybe_backoff:
+            if preempted > 0:
                 for job in jobs:
                     eligible = static and not self._backed_off(job, now, static)
                     merged.setdefault((team.index, it, gpus, prio, eligible), []).append(job)
@@ -614,6 +605,9 @@ def _first(pair: tuple[Ident, object]) -> Ident:
 
 
 _submitted = attrgetter("submit_time", "seq", "id")
+# Pending jobs grouped in one pass; those preempted before are then looked at one by one (their
+# back-off, POLICY.md 3.5).
+_grouping = attrgetter("team", "instance_type", "gpus", "priority_class", "preemptions")
 
 
 def _inactive(team: TeamState) -> PendingReason:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from .placement import NodeShare, Placement
 from .ranking import ShareKey, priority_weights, share_key
@@ -29,6 +30,7 @@ from .snapshot import (
 )
 
 _NO_QUOTA = Quota()
+_id, _team, _instance_type, _gpus_of = (attrgetter(a) for a in ("id", "team", "instance_type", "gpus"))
 
 
 def _gpus(n: int) -> str:
@@ -314,20 +316,23 @@ class CycleState:
     ) -> dict[str, int]:
         """Validate the jobs; returns the GPUs in use per node. The common case (nothing wrong)
         is checked with set operations; the first bad job is then found one job at a time."""
-        ids = [job.id for job in jobs]
         if (
-            len(set(ids)) == len(ids)
-            and {job.team for job in jobs} <= self.teams.keys()
-            and {job.instance_type for job in jobs} <= types.keys()
-            and min((job.gpus for job in jobs), default=1) > 0
+            len(set(map(_id, jobs))) == len(jobs)
+            and set(map(_team, jobs)) <= self.teams.keys()
+            and set(map(_instance_type, jobs)) <= types.keys()
+            and min(map(_gpus_of, jobs), default=1) > 0
         ):
             used: dict[str, int] = {}
-            for i, job in enumerate(jobs):
+            for job in jobs:
                 for name, gpus in job.nodes:
                     if node_type.get(name) != job.instance_type:
-                        raise ValueError(f"jobs[{i}].nodes: unknown node {name!r} of {job.instance_type}")
+                        break
                     used[name] = used.get(name, 0) + gpus
-            return used
+                else:
+                    continue
+                break  # a bad node: the one-by-one check names the job's index
+            else:
+                return used
         return self._check_jobs_one_by_one(jobs, node_type, types)
 
     def _check_jobs_one_by_one(

@@ -281,6 +281,7 @@ def _sync_jobs(backend: ClusterBackend, now: datetime, changes: _Changes, start_
             elif seen.state == BackendJobState.PENDING:
                 _requeue(changes, job, now, "lost", "the backend holds it as pending")
                 changes.correct(f"job {pk} is held as pending by the backend: requeued")
+                _hold(backend, seen, changes)
             else:
                 _end(job, changes, seen, now)
         elif job.state == JobState.PENDING:
@@ -295,6 +296,8 @@ def _sync_jobs(backend: ClusterBackend, now: datetime, changes: _Changes, start_
                     job, JobEventKind.STARTED, started, nodes=nodes, message="adopted: the backend runs it"
                 )
                 changes.correct(f"job {pk} runs in the backend but was pending: adopted as running")
+            elif seen.state == BackendJobState.PENDING:
+                _hold(backend, seen, changes)
             elif seen.state in ENDED:
                 # It ran and ended between a lost commit and this sync: account for both.
                 started = _moment(seen.started_at, now)
@@ -312,6 +315,22 @@ def _sync_jobs(backend: ClusterBackend, now: datetime, changes: _Changes, start_
         if job.state == JobState.RUNNING and pk not in reported:
             _requeue(changes, job, now, "lost", "the backend does not know it")
             changes.correct(f"job {pk} was running but the backend does not know it: requeued")
+
+
+def _hold(backend: ClusterBackend, seen: BackendJob, changes: _Changes) -> None:
+    """A job pending here must not be runnable there. A copy the backend may start by itself
+    (a Slurm job released on nodes that drained before it could start, so waiting for a reason
+    other than its scheduler) would start on its old nodes whenever they come back, beside the
+    jobs gpugov has placed there since (found by the chaos run: a node holding 12 GPUs of its
+    8). ``preempt`` holds it; gpugov starts it again where it decides."""
+    if seen.held:
+        return
+    try:
+        backend.preempt(seen.job_id)
+    except PermanentBackendError as exc:
+        changes.notes.append(f"job {seen.job_id} could not be held in the backend: {exc}")
+        return
+    changes.correct(f"job {seen.job_id} waited in the backend, which could start it by itself: held there")
 
 
 # --- (5) apply -----------------------------------------------------------------------------------
@@ -344,6 +363,10 @@ def _apply(
         {job.pk: job for job in Job.objects.filter(pk__in=wanted).select_related("team", "instance_type")}
     )
     preempted = started = 0
+    # A victim the backend refused to preempt still holds its nodes: its preemptor, and any
+    # start on those nodes, waits for the next cycle (which plans from what really runs).
+    kept_running: dict[str, str] = {}  # node -> the victim still on it
+    not_freed: set[str] = set()  # preemptors whose victims are not all gone
     for preemption in plan.preemptions:
         job = jobs.get(job_pk(preemption.job_id))
         if job is None or job.state != JobState.RUNNING:  # cancelled or deleted since the snapshot
@@ -352,6 +375,8 @@ def _apply(
             backend.preempt(preemption.job_id)
         except PermanentBackendError as exc:
             errors.append(f"preempt job {preemption.job_id}: {exc}")
+            not_freed.add(preemption.preemptor)
+            kept_running.update((str(node), preemption.job_id) for node, _ in job.nodes)
             continue
         preemptor = jobs.get(job_pk(preemption.preemptor))
         job.preemption_count += 1
@@ -373,6 +398,13 @@ def _apply(
         job = jobs.get(job_pk(start.job_id))
         # Pending now, or preempted a moment ago by this plan; anything else changed meanwhile.
         if job is None or job.state != JobState.PENDING:
+            continue
+        blocker = next((kept_running[name] for name, _ in start.nodes if name in kept_running), None)
+        if start.job_id in not_freed or blocker is not None:
+            errors.append(
+                f"start job {start.job_id}: not started, job {blocker or 'it was to preempt'} "
+                "could not be preempted"
+            )
             continue
         nodes = [[name, gpus] for name, gpus in start.nodes]
         try:

@@ -200,3 +200,113 @@ def test_unreachable_slurm_degrades_the_cluster_and_fails_no_job(governed: dict[
     job.refresh_from_db()
     assert job.state == "running"
     assert not JobEvent.objects.filter(kind="failed").exists()
+
+
+def _gpus_per_node() -> dict[str, int]:
+    """GPUs the database has running on each node."""
+    used: dict[str, int] = {}
+    for placed in Job.objects.filter(state="running").values_list("nodes", flat=True):
+        for name, gpus in placed:
+            used[name] = used.get(name, 0) + gpus
+    return used
+
+
+def test_a_victim_slurm_will_not_requeue_keeps_its_nodes_and_its_preemptor_waits(
+    prefix: str, slurm_cluster: None
+) -> None:
+    """A preemption the backend refuses leaves the victim running on its nodes: its preemptor
+    is not started there (it would wait in Slurm while the database counted both, a node
+    holding more GPUs than it has); the next cycle plans again from what really runs."""
+    f.make_cluster(
+        backend_kind="slurm",
+        backend_settings={
+            "job_name_prefix": prefix,
+            "partition": "gpu",
+            "output": "/dev/null",
+            # Slurm then refuses `scontrol requeuehold`: a real refusal of every preemption.
+            "extra_sbatch_args": ["--no-requeue"],
+        },
+    )
+    kind = f.make_instance_type(P5, 8)
+    f.make_priority_classes()
+    team_a, team_b = f.make_team("team-a", {kind: 16}), f.make_team("team-b", {kind: 16})
+    a_jobs = [submit(team_a) for _ in range(3)]  # 24 GPUs: 8 borrowed from team-b
+    assert cycle().started == 3
+    wait_for(
+        lambda: slurm_states(prefix),
+        lambda states: sum(s.startswith("RUNNING") for s in states.values()) == 3,
+        "three team-a jobs running in Slurm",
+    )
+
+    b_jobs = [submit(team_b) for _ in range(2)]  # one fits in the idle node, one reclaims
+    run = run_allocation_cycle(trigger="slurm-test")
+
+    assert run is not None and not run.ok
+    assert f"preempt job {a_jobs[-1].pk}" in run.errors, run.errors
+    assert f"not started, job {a_jobs[-1].pk} could not be preempted" in run.errors, run.errors
+    assert (run.started, run.preempted) == (1, 0)
+    assert Job.objects.filter(team=team_a, state="running").count() == 3
+    assert Job.objects.filter(team=team_b, state="running").count() == 1
+    assert all(used <= 8 for used in _gpus_per_node().values()), _gpus_per_node()
+    waiting = Job.objects.get(pk__in=[job.pk for job in b_jobs], state="pending")
+    assert str(waiting.pk) not in slurm_states(prefix)  # never submitted to Slurm
+
+
+def test_a_copy_slurm_could_start_by_itself_is_held_while_gpugov_has_the_job_pending(
+    prefix: str, governed: dict[str, Team], drained_node4: str
+) -> None:
+    """Found by the chaos run. A copy released on a node that drained before it started waits
+    in Slurm for its node (not for the scheduler), so the backend reports it pending and the
+    loop takes the job back; Slurm would start that copy by itself once the node returns,
+    beside whatever gpugov placed there meanwhile. The loop holds it: a job pending in gpugov
+    has no runnable copy in Slurm."""
+    team_a = governed["team-a"]
+    slurm("scontrol", "update", f"NodeName={drained_node4}", "State=DRAIN", "Reason=gpugov loop test")
+    for _ in range(3):  # team-a at its limit of 24 GPUs on the three ready nodes
+        submit(team_a)
+    assert cycle().started == 3
+    back, waiting = submit(team_a), submit(team_a)
+    # As a cycle that died after releasing them would leave them: each has a released copy
+    # pinned to the drained node; the database has one running there, the other pending.
+    for job in (back, waiting):
+        slurm(
+            "sbatch",
+            f"--job-name={prefix}{job.pk}",
+            f"--nodelist={drained_node4}",
+            "--nodes=1",
+            "--gres=gpu:8",
+            "--partition=gpu",
+            "--output=/dev/null",
+            "--wrap=sleep 600",
+        )
+    Job.objects.filter(pk=back.pk).update(
+        state="running", nodes=[[drained_node4, 8]], started_at=timezone.now()
+    )
+    wait_for(
+        lambda: slurm_states(prefix),
+        lambda states: all(states.get(str(j.pk), "").startswith("PENDING") for j in (back, waiting)),
+        "both copies waiting in Slurm",
+    )
+    run = cycle()
+
+    states = slurm_states(prefix)
+    for job in (back, waiting):
+        job.refresh_from_db()
+        assert job.state == "pending" and job.pending_reason_code == "borrow-limit", (
+            job.pending_reason_message
+        )
+        assert "held" in states[str(job.pk)].lower(), (job.pk, states)  # and Slurm holds it
+    assert any(f"job {back.pk} is held as pending by the backend: requeued" in n for n in run.notes), (
+        run.notes
+    )
+    assert sum("could start it by itself: held there" in n for n in run.notes) == 2, run.notes
+    assert all(used <= 8 for used in _gpus_per_node().values()), _gpus_per_node()
+
+    slurm("scontrol", "update", f"NodeName={drained_node4}", "State=RESUME")
+    again = cycle()  # Slurm starts neither copy by itself; gpugov and Slurm agree
+    assert (again.started, again.corrections) == (0, 0), again.notes
+    assert not any(
+        s.startswith("RUNNING")
+        for j, s in slurm_states(prefix).items()
+        if j in {str(back.pk), str(waiting.pk)}
+    )

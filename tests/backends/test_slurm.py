@@ -228,6 +228,7 @@ def test_preempted_job_is_pending_even_while_slurm_still_kills_it() -> None:
             None,
         )
         assert jobs[slurm_id].held
+        assert job.held  # Slurm will not start it by itself: the loop has nothing to hold
 
 
 def test_released_job_waiting_for_the_scheduler_counts_as_running_on_its_nodes() -> None:
@@ -241,6 +242,8 @@ def test_released_job_waiting_for_the_scheduler_counts_as_running_on_its_nodes()
     assert "Resources" in waiting.reason
     stuck = backend_job("stuck", jobs["93"])
     assert (stuck.state, stuck.nodes, stuck.reason) == (BackendJobState.PENDING, (), "ReqNodeNotAvail")
+    # Released, waiting for its node: Slurm would start it by itself once the node is back.
+    assert not stuck.held
 
 
 def test_only_gpugovs_jobs_are_read_and_an_unreadable_one_is_named() -> None:

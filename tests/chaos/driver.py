@@ -657,6 +657,7 @@ def _watch(args: argparse.Namespace) -> dict[str, Any]:
     checked = 0
     outages = 0
     problems: list[str] = []
+    details: list[dict[str, Any]] = []
     stop_file = Path(args.stop_file)
     while True:
         stopping = stop_file.exists()
@@ -665,6 +666,8 @@ def _watch(args: argparse.Namespace) -> dict[str, Any]:
             if newest > last:
                 found = _state_violations()
                 problems.extend(f"after cycle {newest}: {p}" for p in found)
+                if found and len(details) < 3:
+                    details.append(_violation_details(newest))
                 checked += 1
                 last = newest
         except DatabaseError:
@@ -674,7 +677,47 @@ def _watch(args: argparse.Namespace) -> dict[str, Any]:
             break
         time.sleep(0.2)
     connection.close()
-    return {"states_checked": checked, "last_cycle": last, "database_errors": outages, "problems": problems}
+    return {
+        "states_checked": checked,
+        "last_cycle": last,
+        "database_errors": outages,
+        "problems": problems,
+        "details": details,
+    }
+
+
+def _violation_details(cycle: int) -> dict[str, Any]:
+    """What a failed check needs to be understood afterwards: the running jobs with their
+    events, the cycles' corrections and notes, and what Slurm runs at that moment."""
+    from allocations.models import CycleRun, Job, JobEvent
+
+    running = list(
+        Job.objects.filter(state="running").values("pk", "gpus", "nodes", "started_at", "external_id")
+    )
+    events = [
+        f"{e['at']:%H:%M:%S.%f} job {e['job_id']} {e['kind']} {e['nodes']} {e['message'][:120]}"
+        for e in JobEvent.objects.filter(job_id__in=[r["pk"] for r in running])
+        .order_by("at", "id")
+        .values("at", "job_id", "kind", "nodes", "message")
+    ]
+    runs = [
+        f"cycle {r['id']} {r['started_at']:%H:%M:%S.%f} ok={r['ok']} started={r['started']} "
+        f"preempted={r['preempted']} notes={r['notes']} errors={r['errors'][:300]!r}"
+        for r in CycleRun.objects.filter(id__gt=cycle - 8, id__lte=cycle)
+        .order_by("id")
+        .values("id", "started_at", "ok", "started", "preempted", "notes", "errors")
+    ]
+    try:
+        slurm: Any = _squeue()
+    except (AssertionError, OSError, ValueError) as exc:
+        slurm = f"squeue failed: {exc}"
+    return {
+        "cycle": cycle,
+        "running": [{**r, "started_at": str(r["started_at"])} for r in running],
+        "events": events,
+        "cycles": runs,
+        "slurm": slurm,
+    }
 
 
 def _squeue() -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ it restarts are the ones the whole suite uses; everything is restored in ``final
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -133,7 +134,8 @@ def inject(
 
 def test_jobs_survive_killed_workers_and_restarted_services(installation: Installation) -> None:
     chaos = installation
-    rng = random.Random(int(os.environ.get("GPUGOV_CHAOS_SEED", str(int(time.time())))))
+    seed = int(os.environ.get("GPUGOV_CHAOS_SEED", str(int(time.time()))))
+    rng = random.Random(seed)
     seeded = chaos.run("seed", "--prefix", chaos.prefix)
     assert seeded["seed_cycle_ok"], "the first cycle could not read the nodes from Slurm"
     stop_file = chaos.var_dir / "watch.stop"
@@ -196,7 +198,7 @@ def test_jobs_survive_killed_workers_and_restarted_services(installation: Instal
     web_errors = len(tally.failures)
     print(
         "\nchaos figures:"
-        f"\n  window {WINDOW_S:.0f} s, run {time.monotonic() - began:.0f} s"
+        f"\n  window {WINDOW_S:.0f} s, run {time.monotonic() - began:.0f} s, GPUGOV_CHAOS_SEED={seed}"
         f"\n  faults injected: {faults} ({sum(faults.values())} in all);"
         f" {kill_state.get('in_apply', 0)} kills in the apply window"
         f"\n  jobs: {len(tally.attempted)} submitted, {len(tally.accepted)} accepted, {len(tally.refused)} refused"
@@ -222,7 +224,10 @@ def test_jobs_survive_killed_workers_and_restarted_services(installation: Instal
     assert report["cycles_ok"] > 0 and report["started"] > 0, report
     assert recovered, "no cycle ran after the last fault: the workers or beat did not recover"
     assert watched["states_checked"] > 0, watched
-    assert not watched["problems"], watched["problems"][:20]
+    assert not watched["problems"], (
+        watched["problems"][:20],
+        json.dumps(watched.get("details", []), indent=1, default=str)[:20000],
+    )
     assert not tally.slurm_problems, tally.slurm_problems[:20]
     assert not report["history_problems"], report["history_problems"][:20]
     assert not report["disagreements"], report["disagreements"][:20]
