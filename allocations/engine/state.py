@@ -305,8 +305,18 @@ class CycleState:
         if not self.pending_records:
             self.pending_jobs = [job for job in jobs if not job.nodes]
             jobs = [job for job in jobs if job.nodes]
+        # Each team's usage is counted once per instance type, not once per running job.
+        records = self.records
+        usage: dict[int, tuple[JobRecord, int]] = {}
         for job in jobs:
-            self.records.append(self.record(job))
+            rec = self._record(job)
+            records.append(rec)
+            if job.nodes:
+                self._candidate(rec)
+                first, gpus = usage.get(id(rec.tt), (rec, 0))
+                usage[id(rec.tt)] = (first, gpus + rec.gpus)
+        for first, gpus in usage.values():
+            self._change_usage(first, gpus)
         for team_state in self.team_list:
             for tt in team_state.per_type.values():
                 tt.candidates.sort(key=lambda r: r.victim_key)
@@ -360,6 +370,13 @@ class CycleState:
         """A job's record; a running job is counted and becomes the last of its team's
         preemption candidates there (``_build`` sorts them; a session puts it in its place).
         The batched cycle makes a pending job's record only when it first decides it."""
+        rec = self._record(job)
+        if job.nodes:
+            self._change_usage(rec, rec.gpus)
+            self._candidate(rec)
+        return rec
+
+    def _record(self, job: Job) -> JobRecord:
         owner = self.teams[job.team]
         prio = 0 if job.priority_class is None else self.weights.get(job.priority_class, 0)
         rec = JobRecord(
@@ -376,14 +393,14 @@ class CycleState:
             last_preempted_at=job.last_preempted_at,
             was_running=job.running,
         )
-        if job.nodes:
-            self._change_usage(rec, rec.gpus)
-            tt = rec.tt
-            tt.candidates.append(rec)
-            tt.cand_gpus[prio] = tt.cand_gpus.get(prio, 0) + rec.gpus
-            tt.cand_max = max(tt.cand_max, rec.gpus)
-            rec.ts.cand_version += 1
         return rec
+
+    def _candidate(self, rec: JobRecord) -> None:
+        tt = rec.tt
+        tt.candidates.append(rec)
+        tt.cand_gpus[rec.priority] = tt.cand_gpus.get(rec.priority, 0) + rec.gpus
+        tt.cand_max = max(tt.cand_max, rec.gpus)
+        rec.ts.cand_version += 1
 
     # -- accounting --------------------------------------------------------------------
     def _change_usage(self, rec: JobRecord, delta: int) -> None:
