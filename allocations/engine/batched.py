@@ -117,7 +117,7 @@ class _Shape:
 class _Team:
     """A team's shapes and its place in the heads heap."""
 
-    __slots__ = ("blocked", "by_ident", "log", "lone", "shapes", "state", "version")
+    __slots__ = ("blocked", "by_ident", "dirty", "heap", "log", "lone", "shapes", "state", "version")
 
     def __init__(self, state: TeamState) -> None:
         self.state = state
@@ -131,6 +131,21 @@ class _Team:
         # Consumed in the current epoch, not yet final: (shape, from, to, reason, the shape's
         # rank when consumed).
         self.log: list[tuple[_Shape, int, int, PendingReason, tuple[int, ...]]] = []
+        # The shapes by the key of their next job: (that key, id, shape), cleaned lazily (an
+        # entry whose key is no longer its shape's next is skipped). Whatever moves a shape's
+        # cursor pushes its new next job, or marks the heap ``dirty`` (rebuilt when next read).
+        self.heap: list[tuple[OrderKey, int, _Shape]] = []
+        self.dirty = True
+
+    def rebuild(self) -> None:
+        self.heap = [(s.keys[s.at], id(s), s) for s in self.shapes if s.at < len(s.keys)]
+        heapq.heapify(self.heap)
+        self.dirty = False
+
+    def push(self, shape: _Shape) -> None:
+        """The shape's cursor moved forward: enter its next job."""
+        if not self.dirty and shape.at < len(shape.keys):
+            heapq.heappush(self.heap, (shape.keys[shape.at], id(shape), shape))
 
     def add(self, shape: _Shape) -> None:
         self.shapes.append(shape)
@@ -142,16 +157,16 @@ class _Team:
 
     def head(self) -> _Shape | None:
         """The shape holding the team's first pending job not yet decided."""
-        best: _Shape | None = None
-        best_key: OrderKey | None = None
-        for shape in self.shapes:
+        if self.dirty:
+            self.rebuild()
+        heap = self.heap
+        while heap:
+            key, _, shape = heap[0]
             at = shape.at
-            keys = shape.keys
-            if at < len(keys):
-                key = keys[at]
-                if best_key is None or key < best_key:
-                    best, best_key = shape, key
-        return best
+            if at < len(shape.keys) and shape.keys[at] is key:
+                return shape
+            heapq.heappop(heap)  # stale: that shape has moved on
+        return None
 
 
 class Queues:
@@ -324,6 +339,7 @@ class BatchedCycle:
         self.teams = queues.teams
         for team in self.teams:
             team.blocked = None
+            team.dirty = True
             for shape in team.shapes:
                 shape.at = 0
         self.pending: dict[str, PendingReason] = {}
@@ -387,20 +403,26 @@ class BatchedCycle:
         nxt_key: OrderKey | None = None
         failing: list[tuple[_Shape, PendingReason]] = []
         epoch = -2 if team.lone else self.epoch  # no shape fails at epoch -2
-        for shape in team.shapes:  # ``_failing`` inlined: this loop is the cycle's hottest
+        # The team's shapes in the order of their next jobs: the failing ones up to the first
+        # that is not (``_failing`` inlined: this is the cycle's hottest loop).
+        if team.dirty:
+            team.rebuild()
+        heap = team.heap
+        while heap:
+            key, _, shape = heap[0]
             at = shape.at
             keys = shape.keys
-            if at >= len(keys):
+            if at >= len(keys) or keys[at] is not key:
+                heapq.heappop(heap)  # stale
                 continue
             reason = shape.unfit
             if reason is None and shape.fail_epoch == epoch:
                 reason = shape.fail_reason
-            if reason is not None:
-                failing.append((shape, reason))
-            else:
-                key = keys[at]
-                if nxt_key is None or key < nxt_key:
-                    nxt, nxt_key = shape, key
+            if reason is None:
+                nxt, nxt_key = shape, key
+                break
+            heapq.heappop(heap)
+            failing.append((shape, reason))
         top = base
         for shape, reason in failing:
             start = shape.at
@@ -414,6 +436,7 @@ class BatchedCycle:
                 last = (*rank, *shape.keys[end - 1], team.state.index)
                 if last > top:
                     top = last
+            team.push(shape)
         if nxt is not None:
             own = self._key(team, nxt, nxt.at)
             heapq.heappush(self.heads, (own if own > top else top, team.version))
@@ -443,6 +466,7 @@ class BatchedCycle:
                     pending.update(dict.fromkeys(shape.ids[start:stop], reason))
                 if stop < end:
                     shape.at = min(shape.at, stop)
+                    team.dirty = True
             if cut is not None:
                 given_back.append(team)
             team.log = []
@@ -450,9 +474,10 @@ class BatchedCycle:
         return given_back
 
     # -- deciding --------------------------------------------------------------------------
-    def _record(self, shape: _Shape) -> JobRecord:
+    def _record(self, team: _Team, shape: _Shape) -> JobRecord:
         item = shape.items[shape.at]
         shape.at += 1
+        team.push(shape)
         return item if isinstance(item, JobRecord) else self.state.record(item)
 
     def _decide(self, team: _Team, shape: _Shape, rec: JobRecord) -> set[TeamState]:
@@ -505,13 +530,15 @@ class BatchedCycle:
         it, g = rec.ts.name, rec.gpus
         eligible = self.queues.may_look(team_state, it, g) and not in_back_off(rec, self.now)
         ident = (team_state.index, it, g, rec.priority, eligible)
-        shape = self.teams[team_state.index].by_ident.get(ident)
+        team = self.teams[team_state.index]
+        shape = team.by_ident.get(ident)
         if shape is None:
             shape = self.queues.new_shape(ident, [rec.order_key], [rec])
             self.created.append(shape)
         else:
             shape.insert(rec.order_key, rec)
             self.inserted.append((shape, rec))
+        team.dirty = True
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> Plan:
@@ -530,7 +557,7 @@ class BatchedCycle:
             if self._failing(team, shape) is not None:
                 self._advance(team, key)
                 continue
-            rec = self._record(shape)
+            rec = self._record(team, shape)
             epoch = self.epoch
             changed = self._decide(team, shape, rec)
             if epoch == self.epoch:
