@@ -91,7 +91,7 @@ def _other_lists(
         for index in sorted(ts.borrowers):
             team = state.team_list[index]
             tt = team.per_type[it]
-            if not tt.candidates or not tt.candidate_gpus_below(allowed):
+            if not tt.candidates or (allowed is not None and not tt.candidate_gpus_below(allowed)):
                 continue
             cands = tt.candidates
             if allowed is not None or max_priority is not None:
@@ -105,37 +105,7 @@ def _other_lists(
     own = rec.team
     if min_share is None:
         return [entry for entry in cached[1] if entry[0] is not own]
-    # The same lists, highest share first, until a share or the lists change; the teams at or
-    # above ``min_share`` are then a prefix (few, in a busy cluster), returned in team order.
-    ranked = state.ranked_lists.get(key)
-    if ranked is None or ranked[0] != ts.cand_version or ranked[1] != state.borrow_version:
-        pool_total = state.pool_total
-        by_share = sorted(
-            (
-                (share_key(entry[0].borrowed, entry[0].weight, pool_total), entry[0].index, entry)
-                for entry in cached[1]
-            ),
-            key=_share_first,
-            reverse=True,
-        )
-        ranked = (ts.cand_version, state.borrow_version, by_share)
-        state.ranked_lists[key] = ranked
-    chosen = []
-    for share, index, entry in ranked[2]:
-        if share < min_share:
-            break
-        if entry[0] is not own:
-            chosen.append((index, entry))
-    chosen.sort(key=_first)
-    return [entry for _, entry in chosen]
-
-
-def _share_first(ranked: tuple[ShareKey, int, object]) -> tuple[ShareKey, int]:
-    return ranked[0], ranked[1]
-
-
-def _first(chosen: tuple[int, object]) -> int:
-    return chosen[0]
+    return [entry for entry in cached[1] if entry[0] is not own and entry[0].share >= min_share]
 
 
 def _freeable(lists: Others, it: str) -> int:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from .placement import NodeShare, Placement
-from .ranking import ShareKey, priority_weights, share_key
+from .ranking import ZERO_SHARE, ShareKey, priority_weights, share_key
 from .snapshot import (
     IdleAllocation,
     InstanceType,
@@ -167,7 +167,7 @@ class TypeState:
 class TeamState:
     """One team across instance types."""
 
-    __slots__ = ("borrowed", "index", "per_type", "team", "version", "weight")
+    __slots__ = ("borrowed", "index", "per_type", "share", "team", "version", "weight")
 
     def __init__(self, team: Team, index: int) -> None:
         self.team = team
@@ -175,6 +175,7 @@ class TeamState:
         self.weight = team.fair_share_weight
         self.per_type: dict[str, TeamType] = {}
         self.borrowed = 0  # sum over instance types of max(0, usage - quota)
+        self.share = ZERO_SHARE  # share_key of ``borrowed``, kept with it (CycleState._change_usage)
         self.version = 0  # bumped whenever its head's rank may have changed
 
 
@@ -232,13 +233,6 @@ class CycleState:
         # ``cand_version`` they were made at (``preemption._other_lists``).
         self.other_lists: dict[
             tuple[str, int | None, int | None], tuple[int, list[tuple[TeamState, list[JobRecord], int]]]
-        ] = {}
-        # Bumped whenever a team's borrowed GPUs change (its share moves): the same lists
-        # ranked by share hold until then (``preemption._other_lists``).
-        self.borrow_version = 0
-        self.ranked_lists: dict[
-            tuple[str, int | None, int | None],
-            tuple[int, int, list[tuple[ShareKey, int, tuple[TeamState, list[JobRecord], int]]]],
         ] = {}
         self._build(snapshot)
         self.preempt_epoch = dict.fromkeys(self.types, 0)
@@ -418,7 +412,7 @@ class CycleState:
         borrowed = max(0, new - quota) - max(0, old - quota)
         if borrowed:
             team.borrowed += borrowed
-            self.borrow_version += 1
+            team.share = share_key(team.borrowed, team.weight, self.pool_total)
         if (old > quota) != (new > quota):
             ts.cand_version += 1
             if new > quota:
