@@ -14,6 +14,7 @@ the same scheduling cycle); the next cycle at the same instant can preempt it.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 
 from .ranking import ShareKey, share_key
 from .snapshot import (
@@ -88,24 +89,33 @@ def _other_lists(
         # change (``TypeState.cand_version``); shares move with every start, so they are not
         # kept.
         found: Others = []
+        # Candidates are in preemption order, lowest priority first: those below the bound
+        # are a prefix, and their GPUs are the team's sums by priority below it.
+        bound = min(
+            allowed if allowed is not None else 2**62,
+            max_priority + 1 if max_priority is not None else 2**62,
+        )
         for index in sorted(ts.borrowers):
-            team = state.team_list[index]
-            tt = team.per_type[it]
-            if not tt.candidates or (allowed is not None and not tt.candidate_gpus_below(allowed)):
-                continue
+            tt = state.team_list[index].per_type[it]
             cands = tt.candidates
-            if allowed is not None or max_priority is not None:
-                low = allowed if allowed is not None else 2**62
-                high = max_priority if max_priority is not None else 2**62
-                cands = [c for c in cands if c.priority < low and c.priority <= high]
-            if cands:
-                found.append((team, cands, sum(c.gpus for c in cands)))
+            if not cands:
+                continue
+            if bound < 2**62:
+                cands = cands[: bisect_left(cands, bound, key=_priority)]
+                if not cands:
+                    continue
+            gpus = sum(g for p, g in tt.cand_gpus.items() if p < bound)
+            found.append((state.team_list[index], cands, gpus))
         cached = (ts.cand_version, found)
         state.other_lists[key] = cached
     own = rec.team
     if min_share is None:
         return [entry for entry in cached[1] if entry[0] is not own]
     return [entry for entry in cached[1] if entry[0] is not own and entry[0].share >= min_share]
+
+
+def _priority(rec: JobRecord) -> int:
+    return rec.priority
 
 
 def _freeable(lists: Others, it: str) -> int:
