@@ -20,7 +20,7 @@ from allocations.access import cluster_admin_required
 from allocations.forms import policy as policy_forms
 from allocations.models import InstanceType, PolicyDraft, PriorityClass, WhatIfRun, WhatIfRunState
 from allocations.services import drafts as services
-from allocations.whatif import charts, runs
+from allocations.whatif import charts, figures, runs
 from allocations.whatif import drafts as bodies
 from allocations.whatif.forms import DraftNameForm, RunForm
 
@@ -283,6 +283,11 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
             {
                 "policies": policies,
                 "summary_rows": _rows(CLUSTER_FIGURES, [p["cluster"] for p in policies]),
+                "churn_warnings": [
+                    (p["key"], warning)
+                    for p in policies
+                    if (warning := figures.churn_warning(p["name"], p["cluster"])) is not None
+                ],
                 "team_rows": [
                     (team, _rows(TEAM_FIGURES, [p["teams"].get(team, {}) for p in policies]))
                     for team in sorted({t for p in policies for t in p["teams"]})

@@ -25,6 +25,27 @@ Allocate = Callable[[Snapshot, float], Plan]
 # Points of the over-time charts: at most this many buckets, each a whole number of hours.
 MAX_BUCKETS = 360
 NO_CLASS = "(none)"
+# A policy is said to churn when at least this many preemptions are this share of its starts.
+CHURN_MIN_PREEMPTIONS = 20
+CHURN_SHARE = 0.25
+
+
+def churn_warning(name: str, cluster: Mapping[str, Any]) -> str | None:
+    """A warning for a policy whose jobs take GPUs from each other back and forth: POLICY.md
+    allows it (a back-off only delays the next preemption), but its cost, work thrown away,
+    is easy to miss among the other figures."""
+    preemptions = int(cluster.get("preemptions") or 0)
+    starts = int(cluster.get("starts") or 0)
+    if preemptions < CHURN_MIN_PREEMPTIONS or preemptions < CHURN_SHARE * starts:
+        return None
+    share = preemptions / starts if starts else 1.0
+    lost = float(cluster.get("lost_gpu_hours") or 0)
+    return (
+        f"Under {name}, jobs were preempted {preemptions:,} times for {starts:,} starts ({100 * share:.0f}%): "
+        f"they take GPUs from each other back and forth, and {lost:,.1f} GPU-hours of work were lost. "
+        "Less borrowing (lend limits, borrow limits) or fewer teams preempting for their share "
+        "(reclaim, fair share) makes it calmer."
+    )
 
 
 class ReasonRecorder:

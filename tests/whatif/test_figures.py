@@ -76,3 +76,14 @@ def test_the_recorder_counts_only_the_last_plan_of_an_instant():
     recorder.finish(100.0)
     assert recorder.seconds == {"7": {"borrow-limit": 100.0}}
     assert recorder.main_reason("8") is None
+
+
+def test_a_policy_whose_jobs_preempt_each_other_back_and_forth_is_warned_of() -> None:
+    from allocations.whatif.figures import churn_warning
+
+    warning = churn_warning("draft", {"preemptions": 300, "starts": 1000, "lost_gpu_hours": 42.25})
+    assert warning is not None
+    assert "preempted 300 times for 1,000 starts (30%)" in warning and "42.2 GPU-hours" in warning
+    assert churn_warning("live", {"preemptions": 240, "starts": 1000, "lost_gpu_hours": 1}) is None
+    assert churn_warning("live", {"preemptions": 19, "starts": 20, "lost_gpu_hours": 1}) is None
+    assert churn_warning("live", {}) is None  # a result of an older release: no figures, no warning

@@ -284,6 +284,14 @@ def test_a_run_is_started_polled_and_exported(personas, admin, draft, week):
         "Jobs whose wait changed most",
     ):
         assert text in page
+    assert "churn-warning" not in page  # the week's policies are calm
+    # A draft whose jobs keep preempting each other is pointed out, with its numbers.
+    churning = WhatIfRun.objects.get(pk=run.pk)
+    churning.results["policies"][1]["cluster"].update(preemptions=400, starts=900, lost_gpu_hours=12.5)
+    churning.save(update_fields=["results"])
+    page = admin.get(reverse("allocations:whatif_run", kwargs={"pk": run.pk})).content.decode()
+    assert 'id="churn-draft-' in page and 'id="churn-live"' not in page
+    assert "preempted 400 times for 900 starts (44%)" in page and "12.5 GPU-hours of work were lost" in page
     exported = admin.get(scenario_url)
     assert exported.status_code == 200 and exported["Content-Type"].startswith("application/yaml")
     assert b"horizon: 604800" in exported.content
