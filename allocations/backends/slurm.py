@@ -25,6 +25,7 @@ quoting Slurm's message.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -634,7 +635,11 @@ class SlurmBackend(ClusterBackend):
         """One entry per gpugov job: its newest live copy, else its newest ended one."""
         result = []
         for job_id, jobs in sorted(self._copies().items()):
-            result.append(backend_job(job_id, _current(jobs)))
+            seen = backend_job(job_id, _current(jobs))
+            if seen.held and any(_runnable(copy) for copy in jobs):
+                # An older copy (left by a crash inside ``start``) could still start by itself.
+                seen = dataclasses.replace(seen, held=False)
+            result.append(seen)
         return result
 
     def _job_copies(self, job_id: str) -> list[SlurmJob]:
@@ -783,6 +788,11 @@ class SlurmBackend(ClusterBackend):
 def _slurm_id_key(slurm_id: str) -> tuple[int, str]:
     head = slurm_id.split("_")[0].split("+")[0]
     return (int(head) if head.isdigit() else -1, slurm_id)
+
+
+def _runnable(job: SlurmJob) -> bool:
+    """A pending copy Slurm may start by itself (released, not requeued held)."""
+    return job.state == "PENDING" and not job.held
 
 
 def _current(jobs: list[SlurmJob]) -> SlurmJob:

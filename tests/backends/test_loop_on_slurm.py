@@ -279,6 +279,17 @@ def test_a_copy_slurm_could_start_by_itself_is_held_while_gpugov_has_the_job_pen
             "--output=/dev/null",
             "--wrap=sleep 600",
         )
+    # And, as a crash inside a start would leave it, a newer held copy beside the released one.
+    slurm(
+        "sbatch",
+        "--hold",
+        f"--job-name={prefix}{waiting.pk}",
+        "--nodes=1",
+        "--gres=gpu:8",
+        "--partition=gpu",
+        "--output=/dev/null",
+        "--wrap=sleep 600",
+    )
     Job.objects.filter(pk=back.pk).update(
         state="running", nodes=[[drained_node4, 8]], started_at=timezone.now()
     )
@@ -296,6 +307,12 @@ def test_a_copy_slurm_could_start_by_itself_is_held_while_gpugov_has_the_job_pen
             job.pending_reason_message
         )
         assert "held" in states[str(job.pk)].lower(), (job.pk, states)  # and Slurm holds it
+    copies = [
+        line.split("|")
+        for line in slurm("squeue", "-h", "-o", "%j|%T|%r").splitlines()
+        if line.startswith(f"{prefix}{waiting.pk}|")
+    ]
+    assert len(copies) == 2 and all("held" in reason.lower() for _, _, reason in copies), copies
     assert any(f"job {back.pk} is held as pending by the backend: requeued" in n for n in run.notes), (
         run.notes
     )
