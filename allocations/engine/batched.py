@@ -405,23 +405,14 @@ class BatchedCycle:
         epoch = -2 if team.lone else self.epoch  # no shape fails at epoch -2
         # The team's shapes in the order of their next jobs: the failing ones up to the first
         # that is not (``_failing`` inlined: this is the cycle's hottest loop).
-        if team.dirty:
-            team.rebuild()
-        heap = team.heap
-        while heap:
-            key, _, shape = heap[0]
-            at = shape.at
-            keys = shape.keys
-            if at >= len(keys) or keys[at] is not key:
-                heapq.heappop(heap)  # stale
-                continue
+        while (shape := team.head()) is not None:
             reason = shape.unfit
             if reason is None and shape.fail_epoch == epoch:
                 reason = shape.fail_reason
             if reason is None:
-                nxt, nxt_key = shape, key
+                nxt, nxt_key = shape, shape.keys[shape.at]
                 break
-            heapq.heappop(heap)
+            heapq.heappop(team.heap)  # the head's own entry
             failing.append((shape, reason))
         top = base
         for shape, reason in failing:
