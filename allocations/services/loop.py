@@ -400,10 +400,14 @@ def _apply(
         if job is None or job.state != JobState.PENDING:
             continue
         blocker = next((kept_running[name] for name, _ in start.nodes if name in kept_running), None)
-        if start.job_id in not_freed or blocker is not None:
+        if blocker is not None:
             errors.append(
-                f"start job {start.job_id}: not started, job {blocker or 'it was to preempt'} "
-                "could not be preempted"
+                f"start job {start.job_id}: not started, job {blocker} on its nodes could not be preempted"
+            )
+            continue
+        if start.job_id in not_freed:
+            errors.append(
+                f"start job {start.job_id}: not started, a job it was to preempt could not be preempted"
             )
             continue
         nodes = [[name, gpus] for name, gpus in start.nodes]

@@ -243,7 +243,7 @@ def test_a_victim_slurm_will_not_requeue_keeps_its_nodes_and_its_preemptor_waits
 
     assert run is not None and not run.ok
     assert f"preempt job {a_jobs[-1].pk}" in run.errors, run.errors
-    assert f"not started, job {a_jobs[-1].pk} could not be preempted" in run.errors, run.errors
+    assert f"not started, job {a_jobs[-1].pk} on its nodes could not be preempted" in run.errors, run.errors
     assert (run.started, run.preempted) == (1, 0)
     assert Job.objects.filter(team=team_a, state="running").count() == 3
     assert Job.objects.filter(team=team_b, state="running").count() == 1
