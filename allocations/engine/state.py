@@ -495,9 +495,6 @@ class CycleState:
         return True
 
     # -- shares ------------------------------------------------------------------------
-    def share(self, team: TeamState, extra_borrowed: int = 0) -> ShareKey:
-        return share_key(team.borrowed + extra_borrowed, team.weight, self.pool_total)
-
     def share_with(self, rec: JobRecord) -> ShareKey:
         """The share of the job's team once the job runs (POLICY.md 3.2 and 4)."""
         tt = rec.tt
