@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, bisect_right, insort
-from collections import defaultdict
 from itertools import count
-from operator import attrgetter
 from typing import Any
 
 from .placement import NodeShare
@@ -60,6 +58,10 @@ from .snapshot import (
 from .state import CycleState, JobRecord, NeverFitJudge, TeamState, effective_preempt_while_borrowing
 
 OrderKey = tuple[int, float, int, str]
+# A job's place in its shape: its order key, then the job (or its record, for a job preempted
+# in the cycle). Ids are unique, so no comparison reaches the job; a 4-tuple order key sorts
+# just before the slot of its own job.
+Slot = tuple[int, float, int, str, "Job | JobRecord"]
 Key = tuple[Any, ...]
 Ident = tuple[int, str, int, int, bool]  # team index, instance type, GPUs, priority, may look
 
@@ -75,7 +77,6 @@ class _Shape:
         "gpus",
         "ident",
         "ids",
-        "items",
         "keys",
         "ts",
         "tt",
@@ -87,8 +88,7 @@ class _Shape:
         ident: Ident,
         gpus: int,
         eligible: bool,
-        keys: list[OrderKey],
-        items: list[Job | JobRecord],
+        keys: list[Slot],
         state: CycleState,
         team: TeamState,
         instance_type: str,
@@ -97,7 +97,6 @@ class _Shape:
         self.gpus = gpus
         self.eligible = eligible
         self.keys = keys
-        self.items = items
         self.ids: list[str] = [k[3] for k in keys]
         self.at = 0
         self.tt = team.per_type[instance_type]
@@ -109,8 +108,7 @@ class _Shape:
     def insert(self, key: OrderKey, item: JobRecord) -> None:
         """A job preempted in this cycle re-enters its team's queue, not before the cursor."""
         at = max(self.at, bisect_left(self.keys, key, self.at))
-        self.keys.insert(at, key)
-        self.items.insert(at, item)
+        self.keys.insert(at, (*key, item))
         self.ids.insert(at, key[3])
 
 
@@ -134,7 +132,7 @@ class _Team:
         # The shapes by the key of their next job: (that key, id, shape), cleaned lazily (an
         # entry whose key is no longer its shape's next is skipped). Whatever moves a shape's
         # cursor pushes its new next job, or marks the heap ``dirty`` (rebuilt when next read).
-        self.heap: list[tuple[OrderKey, int, _Shape]] = []
+        self.heap: list[tuple[Slot, int, _Shape]] = []
         self.dirty = True
 
     def rebuild(self) -> None:
@@ -194,15 +192,13 @@ class Queues:
         # added or moved out of their back-off included). Not under strict FIFO, where only a
         # job really decided in the cycle blocks its team.
         self.epoch_base = 0
-        self._shapes(self.state.pending_jobs)
+        self._shapes(self.state.pending_groups)
+        self.state.pending_groups = {}
 
-    def _shapes(self, pending: list[Job]) -> None:
+    def _shapes(self, groups: dict[tuple[str, str, int, str | None, int], list[Job]]) -> None:
         state = self.state
         now = self.now
         weights = state.weights
-        groups: defaultdict[tuple[str, str, int, str | None, int], list[Job]] = defaultdict(list)
-        for job in pending:
-            groups[_grouping(job)].append(job)
         # Merge groups into shapes: classes of equal weight share a shape, and the back-off
         # (which depends on each job's own preemptions) is decided per job where it may apply.
         merged: dict[Ident, list[Job]] = {}
@@ -221,15 +217,17 @@ class Queues:
                 merged.setdefault((team.index, it, gpus, prio, static), []).extend(jobs)
         for ident, jobs in sorted(merged.items(), key=_first):
             # One priority in a shape: its queue order is submit time, seq, id (POLICY.md 3.1).
-            jobs.sort(key=_submitted)
+            # Sorting the slots themselves is cheaper than sorting the jobs by a key and then
+            # making their slots.
             neg = -ident[3]
-            items: list[Job | JobRecord] = list(jobs)
-            self.new_shape(ident, [(neg, j.submit_time, j.seq, j.id) for j in jobs], items)
+            keys: list[Slot] = [(neg, j.submit_time, j.seq, j.id, j) for j in jobs]
+            keys.sort()
+            self.new_shape(ident, keys)
 
-    def new_shape(self, ident: Ident, keys: list[OrderKey], items: list[Job | JobRecord]) -> _Shape:
+    def new_shape(self, ident: Ident, keys: list[Slot]) -> _Shape:
         index, it, gpus, _, eligible = ident
         team = self.state.team_list[index]
-        shape = _Shape(ident, gpus, eligible, keys, items, self.state, team, it)
+        shape = _Shape(ident, gpus, eligible, keys, self.state, team, it)
         shape.unfit = self.judge.judge(team.team.name, it, gpus)
         self.teams[index].add(shape)
         return shape
@@ -270,14 +268,13 @@ class Queues:
         self._insert(self.ident(job, eligible), job)
 
     def _insert(self, ident: Ident, job: Job) -> None:
-        key: OrderKey = (-ident[3], job.submit_time, job.seq, job.id)
+        key: Slot = (-ident[3], job.submit_time, job.seq, job.id, job)
         shape = self.teams[ident[0]].by_ident.get(ident)
         if shape is None:
-            self.new_shape(ident, [key], [job])
+            self.new_shape(ident, [key])
             return
         at = bisect_left(shape.keys, key)
         shape.keys.insert(at, key)
-        shape.items.insert(at, job)
         shape.ids.insert(at, job.id)
 
     def remove_pending(self, job: Job) -> bool:
@@ -292,8 +289,8 @@ class Queues:
                 continue
             key: OrderKey = (-ident[3], job.submit_time, job.seq, job.id)
             at = bisect_left(shape.keys, key)
-            if at < len(shape.keys) and shape.items[at] is job:
-                del shape.keys[at], shape.items[at], shape.ids[at]
+            if at < len(shape.keys) and shape.keys[at][4] is job:
+                del shape.keys[at], shape.ids[at]
                 if not shape.keys:
                     self.teams[team.index].drop(shape)
                 return True
@@ -400,7 +397,7 @@ class BatchedCycle:
         if team.blocked is not None:
             return
         nxt: _Shape | None = None
-        nxt_key: OrderKey | None = None
+        nxt_key: Slot | None = None
         failing: list[tuple[_Shape, PendingReason]] = []
         epoch = -2 if team.lone else self.epoch  # no shape fails at epoch -2
         # The team's shapes in the order of their next jobs: the failing ones up to the first
@@ -438,7 +435,7 @@ class BatchedCycle:
         given_back: list[_Team] = []
         pending = self.pending
         for team in self.logged:
-            cut: OrderKey | None = None
+            cut: Slot | None = None
             if event is not None:
                 for shape, start, end, _, rank in team.log:
                     n = len(rank)
@@ -448,7 +445,7 @@ class BatchedCycle:
                     elif rank < head:
                         continue
                     else:
-                        at = bisect_right(shape.keys, event[n : n + 4], start, end)
+                        at = bisect_right(shape.keys, event[n : n + 5], start, end)
                     if at < end and (cut is None or shape.keys[at] < cut):
                         cut = shape.keys[at]
             for shape, start, end, reason, _ in team.log:
@@ -466,7 +463,7 @@ class BatchedCycle:
 
     # -- deciding --------------------------------------------------------------------------
     def _record(self, team: _Team, shape: _Shape) -> JobRecord:
-        item = shape.items[shape.at]
+        item = shape.keys[shape.at][4]
         shape.at += 1
         team.push(shape)
         return item if isinstance(item, JobRecord) else self.state.record(item)
@@ -524,7 +521,7 @@ class BatchedCycle:
         team = self.teams[team_state.index]
         shape = team.by_ident.get(ident)
         if shape is None:
-            shape = self.queues.new_shape(ident, [rec.order_key], [rec])
+            shape = self.queues.new_shape(ident, [(*rec.order_key, rec)])
             self.created.append(shape)
         else:
             shape.insert(rec.order_key, rec)
@@ -594,9 +591,9 @@ class BatchedCycle:
             for tt in team_state.per_type.values():
                 tt.holding = False
         for shape, rec in reversed(self.inserted):
-            for i in range(len(shape.items) - 1, -1, -1):
-                if shape.items[i] is rec:
-                    del shape.keys[i], shape.items[i], shape.ids[i]
+            for i in range(len(shape.keys) - 1, -1, -1):
+                if shape.keys[i][4] is rec:
+                    del shape.keys[i], shape.ids[i]
                     break
         for shape in self.created:
             self.teams[shape.ident[0]].drop(shape)
@@ -620,12 +617,6 @@ def _victim_key(rec: JobRecord) -> tuple[int, float, int, int, str]:
 
 def _first(pair: tuple[Ident, object]) -> Ident:
     return pair[0]
-
-
-_submitted = attrgetter("submit_time", "seq", "id")
-# Pending jobs grouped in one pass; those preempted before are then looked at one by one (their
-# back-off, POLICY.md 3.5).
-_grouping = attrgetter("team", "instance_type", "gpus", "priority_class", "preemptions")
 
 
 def _inactive(team: TeamState) -> PendingReason:

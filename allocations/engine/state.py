@@ -8,6 +8,7 @@ rescan of the jobs. Bad input raises ``ValueError`` naming the field path and th
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -31,6 +32,9 @@ from .snapshot import (
 
 _NO_QUOTA = Quota()
 _id, _team, _instance_type, _gpus_of = (attrgetter(a) for a in ("id", "team", "instance_type", "gpus"))
+# Pending jobs grouped in one pass (``CycleState.pending_groups``); a shape is made of these,
+# those preempted before then looked at one by one (their back-off, POLICY.md 3.5).
+_grouping = attrgetter("team", "instance_type", "gpus", "priority_class", "preemptions")
 
 
 def _gpus(n: int) -> str:
@@ -212,9 +216,9 @@ class CycleState:
     ) -> None:
         self.snapshot = snapshot
         # Off: pending jobs get no ``JobRecord`` here (the batched cycle makes them on demand);
-        # they are still validated, and listed in ``pending_jobs``.
+        # they are still validated, and grouped in ``pending_groups``.
         self.pending_records = pending_records
-        self.pending_jobs: list[Job] = []
+        self.pending_groups: dict[tuple[str, str, int, str | None, int], list[Job]] = {}
         # Off: no necessary-condition bounds before preemption searches (tests compare both).
         self.shortcuts = shortcuts
         self.now = now
@@ -279,7 +283,20 @@ class CycleState:
         weights = priority_weights(self.policy)
         self.weights = weights
         self.node_type = node_type
-        used = self._check_jobs(snapshot.jobs, types, node_type)
+        jobs: Sequence[Job] = snapshot.jobs
+        if self.pending_records:
+            used = self._check_jobs(jobs, types, node_type)
+        else:
+            # The pending jobs are grouped by what a shape is made of (``pending_groups``) and
+            # the groups, not the jobs, are checked: a few thousand lookups instead of 100k.
+            running = [job for job in jobs if job.nodes]
+            groups: defaultdict[tuple[str, str, int, str | None, int], list[Job]] = defaultdict(list)
+            for job in jobs:
+                if not job.nodes:
+                    groups[_grouping(job)].append(job)
+            used = self._check_jobs(running, types, node_type, groups, len(jobs))
+            self.pending_groups = groups
+            jobs = running
 
         for name, it in types.items():
             nodes = nodes_by_type[name]
@@ -295,10 +312,6 @@ class CycleState:
             ts.pool = lendable_sum + unallocated
             self.pool_total += ts.pool
 
-        jobs: Sequence[Job] = snapshot.jobs
-        if not self.pending_records:
-            self.pending_jobs = [job for job in jobs if not job.nodes]
-            jobs = [job for job in jobs if job.nodes]
         # Each team's usage is counted once per instance type, not once per running job.
         records = self.records
         usage: dict[int, tuple[JobRecord, int]] = {}
@@ -316,12 +329,28 @@ class CycleState:
                 tt.candidates.sort(key=lambda r: r.victim_key)
 
     def _check_jobs(
-        self, jobs: Sequence[Job], types: dict[str, InstanceType], node_type: dict[str, str]
+        self,
+        jobs: Sequence[Job],
+        types: dict[str, InstanceType],
+        node_type: dict[str, str],
+        groups: dict[tuple[str, str, int, str | None, int], list[Job]] | None = None,
+        total: int = 0,
     ) -> dict[str, int]:
         """Validate the jobs; returns the GPUs in use per node. The common case (nothing wrong)
-        is checked with set operations; the first bad job is then found one job at a time."""
+        is checked with set operations; the first bad job is then found one job at a time.
+        With ``groups`` (the pending jobs, by team, instance type and GPUs among others),
+        ``jobs`` are the running ones and ``total`` the count of all: the snapshot's."""
+        ids = set(map(_id, jobs))
+        if groups is not None:
+            for members in groups.values():
+                ids.update(map(_id, members))
+            fine = len(ids) == total and all(
+                team in self.teams and it in types and gpus > 0 for team, it, gpus, _, _ in groups
+            )
+        else:
+            fine = len(ids) == len(jobs)
         if (
-            len(set(map(_id, jobs))) == len(jobs)
+            fine
             and set(map(_team, jobs)) <= self.teams.keys()
             and set(map(_instance_type, jobs)) <= types.keys()
             and min(map(_gpus_of, jobs), default=1) > 0
@@ -337,7 +366,7 @@ class CycleState:
                 break  # a bad node: the one-by-one check names the job's index
             else:
                 return used
-        return self._check_jobs_one_by_one(jobs, node_type, types)
+        return self._check_jobs_one_by_one(self.snapshot.jobs, node_type, types)
 
     def _check_jobs_one_by_one(
         self, jobs: Sequence[Job], node_type: dict[str, str], types: dict[str, InstanceType]

@@ -113,3 +113,37 @@ def test_allocate_rejects_a_job_on_an_unknown_node() -> None:
     snapshot = dataclasses.replace(SNAPSHOT, jobs=(dataclasses.replace(job(1), nodes=(("n9", 1),)),))
     with pytest.raises(ValueError, match=r"jobs\[0\]\.nodes: unknown node 'n9'"):
         allocate(snapshot, 0.0)
+
+
+def _jobs(*specs: tuple[str, Job]) -> tuple[Job, ...]:
+    return tuple(dataclasses.replace(j, id=job_id) for job_id, j in specs)
+
+
+@pytest.mark.parametrize(
+    ("jobs", "message"),
+    [
+        # The pending jobs are checked by group, not one by one: the error still names the
+        # first bad job by its index, pending or running.
+        (
+            _jobs(("a", job(1)), ("b", job(1, instance_type="ml.none"))),
+            r"jobs\[1\]\.instance_type: unknown instance type 'ml.none'",
+        ),
+        (_jobs(("a", job(1)), ("b", job(0))), r"jobs\[1\]\.gpus: must be above 0, got 0"),
+        (_jobs(("a", job(1)), ("b", job(2)), ("a", job(2))), r"jobs\[2\]\.id: duplicate job id 'a'"),
+        (
+            _jobs(("a", dataclasses.replace(job(1), nodes=(("n1", 1),))), ("a", job(1))),
+            r"jobs\[1\]\.id: duplicate job id 'a'",
+        ),
+        (
+            _jobs(("a", job(1, team="ghost")), ("b", dataclasses.replace(job(1), nodes=(("n9", 1),)))),
+            r"jobs\[0\]\.team: unknown team 'ghost'",
+        ),
+        (
+            _jobs(("a", dataclasses.replace(job(1), nodes=(("n9", 1),))), ("b", job(1, team="ghost"))),
+            r"jobs\[0\]\.nodes: unknown node 'n9'",
+        ),
+    ],
+)
+def test_allocate_names_the_first_bad_job_pending_or_running(jobs: tuple[Job, ...], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        allocate(dataclasses.replace(SNAPSHOT, jobs=jobs), 0.0)
