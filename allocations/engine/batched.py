@@ -73,11 +73,15 @@ class _Shape:
         "at",
         "eligible",
         "fail_epoch",
+        "fail_pe",
         "fail_reason",
+        "fail_within",
         "gpus",
         "ident",
         "ids",
         "keys",
+        "reason_at",
+        "team",
         "ts",
         "tt",
         "unfit",
@@ -99,10 +103,16 @@ class _Shape:
         self.keys = keys
         self.ids: list[str] = [k[3] for k in keys]
         self.at = 0
+        self.team = team
         self.tt = team.per_type[instance_type]
         self.ts = state.types[instance_type]
         self.fail_epoch = -1
         self.fail_reason: PendingReason | None = None
+        # When it failed: its instance type's ``preempt_epoch`` and whether the job would have
+        # ended within its team's quota (``BatchedCycle._carried``).
+        self.fail_pe = -1
+        self.fail_within = False
+        self.reason_at = -1  # the type's ``version`` when ``fail_reason`` was made
         self.unfit: PendingReason | None = None  # exceeds-max: waits whatever happens
 
     def insert(self, key: OrderKey, item: JobRecord) -> None:
@@ -346,6 +356,8 @@ class BatchedCycle:
         self.preemptions: list[Preemption] = []
         self.heads: list[tuple[Key, int]] = []
         self.epoch = queues.epoch_base  # bumped by every start, preemption and hold
+        self.first_epoch = self.epoch
+        self.carry = not self.strict
         self.searched: dict[tuple[object, ...], int] = {}  # failed searches -> preempt epoch
         self.logged: list[_Team] = []  # teams with a non-empty log
         self.requeue: list[JobRecord] = []
@@ -375,9 +387,33 @@ class BatchedCycle:
         """The reason every job of this shape gets now without a test, if any."""
         if shape.unfit is not None:
             return shape.unfit
-        if shape.fail_epoch == self.epoch and not team.lone:
+        if team.lone:
+            return None
+        if shape.fail_epoch == self.epoch:
             return shape.fail_reason
-        return None
+        return self._carried(shape)
+
+    def _carried(self, shape: _Shape) -> PendingReason | None:
+        """A shape that failed earlier in the cycle fails again, whatever changed since, when
+        none of it could help: no start makes a job fit that did not (it only takes GPUs,
+        pool and room on nodes, and a holding team starting gives back to the pool no more
+        than it takes), nor does a hold (other teams' pool only shrinks); and a search fails
+        again while its instance type's ``preempt_epoch`` stands (what the cycle's memory of
+        failed searches rests on). Only the reason is made again, in the current state: its
+        figures may have moved. Not across a lone team's jobs, nor under strict FIFO, where
+        a failure blocks the team."""
+        if not self.carry or shape.fail_epoch < self.first_epoch:
+            return None
+        tt, ts = shape.tt, shape.ts
+        if shape.fail_pe != self.state.preempt_epoch[ts.name]:
+            return None
+        if (tt.usage + shape.gpus <= tt.quota) != shape.fail_within:
+            return None
+        if shape.reason_at != ts.version:
+            shape.fail_reason = self.state.reason_for(shape.team, tt, ts, shape.gpus)
+            shape.reason_at = ts.version
+        shape.fail_epoch = self.epoch
+        return shape.fail_reason
 
     # -- the heap --------------------------------------------------------------------------
     def _offer(self, team: _Team) -> None:
@@ -404,8 +440,8 @@ class BatchedCycle:
         # that is not (``_failing`` inlined: this is the cycle's hottest loop).
         while (shape := team.head()) is not None:
             reason = shape.unfit
-            if reason is None and shape.fail_epoch == epoch:
-                reason = shape.fail_reason
+            if reason is None and epoch >= 0:
+                reason = shape.fail_reason if shape.fail_epoch == epoch else self._carried(shape)
             if reason is None:
                 nxt, nxt_key = shape, shape.keys[shape.at]
                 break
@@ -486,9 +522,14 @@ class BatchedCycle:
                 return changed
             if rec.team.team.reclaim != Reclaim.ANY and state.hold(rec.tt, rec.ts):
                 self.epoch += 1
-        why = state.reason(rec)
+        ts = rec.ts
+        if shape.reason_at != ts.version or shape.fail_reason is None:
+            shape.fail_reason = state.reason(rec)
+            shape.reason_at = ts.version
+        why = shape.fail_reason
         shape.fail_epoch = self.epoch
-        shape.fail_reason = why
+        shape.fail_pe = state.preempt_epoch[rec.ts.name]
+        shape.fail_within = rec.tt.usage + rec.gpus <= rec.tt.quota
         self.pending[rec.job.id] = why
         if self.strict:
             team.blocked = rec.job.id
@@ -587,6 +628,7 @@ class BatchedCycle:
         state = self.state
         for ts in state.types.values():
             ts.held = 0
+            ts.version += 1
         for team_state in state.team_list:
             for tt in team_state.per_type.values():
                 tt.holding = False

@@ -151,6 +151,7 @@ class TypeState:
         "pool",
         "pool_used",
         "running",
+        "version",
     )
 
     def __init__(self, name: str, placement: Placement, capacity: int, capacity_ever: int) -> None:
@@ -166,6 +167,9 @@ class TypeState:
         # Bumped whenever ``borrowers`` or a team's preemption candidates here change: other
         # teams' candidate lists (``preemption._other_lists``) hold until it moves.
         self.cand_version = 0
+        # Bumped by every change of its accounting (a job on or off its nodes, a hold): what a
+        # pending reason here reads (``CycleState.reason_for``) stands until it moves.
+        self.version = 0
 
 
 class TeamState:
@@ -428,6 +432,7 @@ class CycleState:
     # -- accounting --------------------------------------------------------------------
     def _change_usage(self, rec: JobRecord, delta: int) -> None:
         tt, ts, team = rec.tt, rec.ts, rec.team
+        ts.version += 1
         old = tt.usage
         new = old + delta
         kept = tt.kept
@@ -520,6 +525,7 @@ class CycleState:
         if tt.holding:
             return False
         tt.holding = True
+        ts.version += 1
         ts.held += tt.unused_lendable()
         return True
 
@@ -534,8 +540,12 @@ class CycleState:
     def reason(self, rec: JobRecord) -> PendingReason:
         """Why a job that does not fit now stays pending: the first applicable of section 5
         after ``team-inactive``, ``exceeds-max`` and ``blocked-by-fifo``."""
-        tt, ts, g = rec.tt, rec.ts, rec.gpus
-        team = rec.team.team.name
+        return self.reason_for(rec.team, rec.tt, rec.ts, rec.gpus)
+
+    def reason_for(self, team_state: TeamState, tt: TeamType, ts: TypeState, g: int) -> PendingReason:
+        """``reason`` of a job of ``g`` GPUs of that team and instance type: it reads nothing
+        else of the job."""
+        team = team_state.team.name
         it = ts.name
         usage = tt.usage
         if tt.may_borrow and tt.max_use is not None and usage + g > tt.max_use:
