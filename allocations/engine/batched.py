@@ -63,6 +63,9 @@ OrderKey = tuple[int, float, int, str]
 # just before the slot of its own job.
 Slot = tuple[int, float, int, str, "Job | JobRecord"]
 Key = tuple[Any, ...]
+# Jobs consumed without a test, not yet final: (shape, from, to, reason, the shape's rank, and
+# its instance type's ``version`` and ``preempt_epoch``, all as they were when consumed).
+LogEntry = tuple["_Shape", int, int, PendingReason, tuple[int, ...], int, int]
 Ident = tuple[int, str, int, int, bool]  # team index, instance type, GPUs, priority, may look
 
 
@@ -72,6 +75,7 @@ class _Shape:
     __slots__ = (
         "at",
         "eligible",
+        "fail_borrowed",
         "fail_epoch",
         "fail_pe",
         "fail_reason",
@@ -112,6 +116,7 @@ class _Shape:
         # ended within its team's quota (``BatchedCycle._carried``).
         self.fail_pe = -1
         self.fail_within = False
+        self.fail_borrowed = 0  # its team's borrowed GPUs (fair share reads the team's share)
         self.reason_at = -1  # the type's ``version`` when ``fail_reason`` was made
         self.unfit: PendingReason | None = None  # exceeds-max: waits whatever happens
 
@@ -136,9 +141,8 @@ class _Team:
         # lower-or-newer-equal-priority: a job's candidates depend on its own submit time, so
         # no two of its jobs share a decision.
         self.lone = state.team.preempt_team_tasks == PreemptTeamTasks.LOWER_OR_NEWER_EQUAL_PRIORITY
-        # Consumed in the current epoch, not yet final: (shape, from, to, reason, the shape's
-        # rank when consumed).
-        self.log: list[tuple[_Shape, int, int, PendingReason, tuple[int, ...]]] = []
+        # Consumed, not yet final (``LogEntry``).
+        self.log: list[LogEntry] = []
         # The shapes by the key of their next job: (that key, id, shape), cleaned lazily (an
         # entry whose key is no longer its shape's next is skipped). Whatever moves a shape's
         # cursor pushes its new next job, or marks the heap ``dirty`` (rebuilt when next read).
@@ -312,6 +316,7 @@ class Queues:
         tt = rec.tt
         tt.candidates.pop()
         insort(tt.candidates, rec, key=_victim_key)
+        tt.cand_version += 1
         rec.ts.cand_version += 1
         rec.ts.placement.take(job.nodes)
         return rec
@@ -321,6 +326,7 @@ class Queues:
         self.state.remove(rec)
         tt = rec.tt
         tt.candidates.remove(rec)
+        tt.cand_version += 1
         rec.ts.cand_version += 1
         tt.cand_gpus[rec.priority] -= rec.gpus
         if rec.gpus >= tt.cand_max:
@@ -409,6 +415,8 @@ class BatchedCycle:
             return None
         if (tt.usage + shape.gpus <= tt.quota) != shape.fail_within:
             return None
+        if shape.team.borrowed != shape.fail_borrowed:
+            return None
         if shape.reason_at != ts.version:
             shape.fail_reason = self.state.reason_for(shape.team, tt, ts, shape.gpus)
             shape.reason_at = ts.version
@@ -448,6 +456,7 @@ class BatchedCycle:
             heapq.heappop(team.heap)  # the head's own entry
             failing.append((shape, reason))
         top = base
+        preempt_epoch = self.state.preempt_epoch
         for shape, reason in failing:
             start = shape.at
             end = len(shape.keys) if nxt_key is None else bisect_left(shape.keys, nxt_key, start)
@@ -455,7 +464,8 @@ class BatchedCycle:
                 if not team.log:
                     self.logged.append(team)
                 rank = self._rank(team.state, shape)
-                team.log.append((shape, start, end, reason, rank))
+                ts = shape.ts
+                team.log.append((shape, start, end, reason, rank, ts.version, preempt_epoch[ts.name]))
                 shape.at = end
                 last = (*rank, *shape.keys[end - 1], team.state.index)
                 if last > top:
@@ -465,15 +475,21 @@ class BatchedCycle:
             own = self._key(team, nxt, nxt.at)
             heapq.heappush(self.heads, (own if own > top else top, team.version))
 
-    def _settle_logs(self, event: Key | None) -> list[_Team]:
-        """A change happened at key ``event`` (None: the cycle ended). Consumed jobs that come
-        before it keep their reasons; the rest are given back. Returns the teams given back."""
+    def _settle_logs(
+        self, event: Key | None, changed: set[int] | frozenset[int] = frozenset()
+    ) -> list[_Team]:
+        """A change happened at key ``event`` (None: the cycle ended) that re-ranked the teams
+        ``changed``. Consumed jobs that come before it keep their reasons; the rest are given
+        back, unless their team was not re-ranked and each of them would still wait (``_holds``):
+        those stay consumed, with their reason made again in the new state. Returns the teams
+        given back."""
         given_back: list[_Team] = []
         pending = self.pending
+        logged: list[_Team] = []
         for team in self.logged:
             cut: Slot | None = None
             if event is not None:
-                for shape, start, end, _, rank in team.log:
+                for shape, start, end, _, rank, _, _ in team.log:
                     n = len(rank)
                     head = event[:n]
                     if rank > head:
@@ -484,7 +500,13 @@ class BatchedCycle:
                         at = bisect_right(shape.keys, event[n : n + 5], start, end)
                     if at < end and (cut is None or shape.keys[at] < cut):
                         cut = shape.keys[at]
-            for shape, start, end, reason, _ in team.log:
+            if cut is not None and self.carry and team.state.index not in changed:
+                kept = self._kept(team, cut)
+                if kept is not None:
+                    team.log = kept
+                    logged.append(team)
+                    continue
+            for shape, start, end, reason, _, _, _ in team.log:
                 stop = end if cut is None else bisect_left(shape.keys, cut, start, end)
                 if stop > start:
                     pending.update(dict.fromkeys(shape.ids[start:stop], reason))
@@ -494,8 +516,41 @@ class BatchedCycle:
             if cut is not None:
                 given_back.append(team)
             team.log = []
-        self.logged = []
+        self.logged = logged
         return given_back
+
+    def _kept(self, team: _Team, cut: Slot) -> list[LogEntry] | None:
+        """The team's log after a change at ``cut``, when every job consumed past the cut would
+        still wait (the team's rank did not move): the part before the cut settled, the rest
+        kept with its reason in the new state. None when some would not (all is given back,
+        so that the team's consumed jobs stay the first of its queue)."""
+        preempt_epoch = self.state.preempt_epoch
+        cuts = []
+        for entry in team.log:
+            shape, start, end, _, _, version, pe = entry
+            stop = bisect_left(shape.keys, cut, start, end)
+            # The jobs still wait when no search epoch moved on their instance type since they
+            # were consumed (a preemption there moves it, the only change that frees GPUs, and
+            # so does whatever may let a search succeed: ``_carried``).
+            if stop < end and shape.unfit is None and pe != preempt_epoch[shape.ts.name]:
+                return None
+            cuts.append(stop)
+        pending = self.pending
+        kept: list[LogEntry] = []
+        for entry, stop in zip(team.log, cuts, strict=True):
+            shape, start, end, reason, rank, version, pe = entry
+            if stop > start:
+                pending.update(dict.fromkeys(shape.ids[start:stop], reason))
+            if stop < end:
+                ts = shape.ts
+                if shape.unfit is None and version != ts.version:
+                    if shape.reason_at != ts.version:
+                        shape.fail_reason = self.state.reason_for(shape.team, shape.tt, ts, shape.gpus)
+                        shape.reason_at = ts.version
+                    assert shape.fail_reason is not None
+                    reason, version = shape.fail_reason, ts.version
+                kept.append((shape, stop, end, reason, rank, version, pe))
+        return kept
 
     # -- deciding --------------------------------------------------------------------------
     def _record(self, team: _Team, shape: _Shape) -> JobRecord:
@@ -530,6 +585,7 @@ class BatchedCycle:
         shape.fail_epoch = self.epoch
         shape.fail_pe = state.preempt_epoch[rec.ts.name]
         shape.fail_within = rec.tt.usage + rec.gpus <= rec.tt.quota
+        shape.fail_borrowed = rec.team.borrowed
         self.pending[rec.job.id] = why
         if self.strict:
             team.blocked = rec.job.id
@@ -593,12 +649,13 @@ class BatchedCycle:
                 self._advance(team, key)
                 continue
             # A change: settle what was consumed, then re-rank the teams it touched.
-            touched = {t.state.index for t in self._settle_logs(key)}
+            ranked = {t.index for t in changed}
+            ranked.add(team.state.index)
+            touched = {t.state.index for t in self._settle_logs(key, ranked)}
             for victim in self.requeue:
                 self._requeue(victim)
             self.requeue = []
-            touched.update(t.index for t in changed)
-            touched.add(team.state.index)
+            touched.update(ranked)
             for index in sorted(touched):
                 self._offer(teams[index])
         self._settle_logs(None)
@@ -649,6 +706,7 @@ class BatchedCycle:
             state.restore(rec)
             tt = rec.tt
             insort(tt.candidates, rec, key=_victim_key)
+            tt.cand_version += 1
             rec.ts.cand_version += 1
             tt.cand_gpus[rec.priority] += rec.gpus
 

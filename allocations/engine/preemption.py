@@ -23,7 +23,7 @@ from .snapshot import (
     PreemptWhileBorrowing,
     Reclaim,
 )
-from .state import CycleState, JobRecord, TeamState, TeamType, effective_preempt_while_borrowing
+from .state import CycleState, JobRecord, TeamState, TeamType, TypeState, effective_preempt_while_borrowing
 
 Victims = list[tuple[JobRecord, PreemptionReason]]
 # Another team's candidates on one instance type, and their GPUs in all.
@@ -70,6 +70,98 @@ def own_candidates(rec: JobRecord) -> list[JobRecord]:
     ]
 
 
+class Borrowers:
+    """Other teams' candidates on one instance type under one priority bound: each team above
+    its quota there with a candidate under the bound, as ``(team, its candidates, their GPUs)``.
+    Kept until the borrowers or the candidates there change (``TypeState.cand_version``); what
+    is read of the teams' usage and shares is kept until those move."""
+
+    __slots__ = ("cand_version", "entries", "freeable_at", "share_at", "terms", "top", "total")
+
+    def __init__(self, cand_version: int, entries: Others) -> None:
+        self.cand_version = cand_version
+        self.entries = entries
+        self.freeable_at = -1  # the type's ``version`` ``terms`` and ``total`` were made at
+        self.terms: dict[int, int] = {}
+        self.total = 0
+        self.share_at = -1  # the state's ``share_version`` ``top`` was made at
+        self.top: list[tuple[ShareKey, int]] = []
+
+    def others(self, own: TeamState, min_share: ShareKey | None = None) -> Others:
+        """The entries of teams other than ``own``; with ``min_share``, of those whose share is at
+        least that."""
+        if min_share is None:
+            return [entry for entry in self.entries if entry[0] is not own]
+        return [entry for entry in self.entries if entry[0] is not own and entry[0].share >= min_share]
+
+    def freeable(self, own: TeamState, ts: TypeState) -> int:
+        """``_freeable`` of ``others(own)``, from sums kept while the type's accounting stands."""
+        if self.freeable_at != ts.version:
+            it = ts.name
+            terms: dict[int, int] = {}
+            for team, _, gpus in self.entries:
+                tt = team.per_type[it]
+                terms[team.index] = min(gpus, tt.usage - tt.quota + tt.cand_max - 1)
+            self.terms, self.total, self.freeable_at = terms, sum(terms.values()), ts.version
+        return self.total - self.terms.get(own.index, 0)
+
+    def any_share_at_least(self, state: CycleState, own: TeamState, floor: ShareKey) -> bool:
+        """Whether some team other than ``own`` has a share of at least ``floor``: the two
+        highest shares are kept while no team's share moves."""
+        if self.share_at != state.share_version:
+            top: list[tuple[ShareKey, int]] = []
+            for team, _, _ in self.entries:
+                item = (team.share, team.index)
+                if len(top) < 2:
+                    top.append(item)
+                    top.sort(reverse=True)
+                elif item > top[1]:
+                    top[1] = item
+                    top.sort(reverse=True)
+            self.top, self.share_at = top, state.share_version
+        for share, index in self.top:
+            if index != own.index:
+                return share >= floor
+        return False
+
+
+def borrowers(
+    state: CycleState, ts: TypeState, allowed: int | None, max_priority: int | None = None
+) -> Borrowers:
+    """Other teams' candidates on ``ts`` from teams above their quota there; ``allowed``: only
+    jobs of priority below it (None: any); ``max_priority``: and at most that."""
+    key = (ts.name, allowed, max_priority)
+    cached = state.other_lists.get(key)
+    if cached is not None and cached.cand_version == ts.cand_version:
+        return cached
+    # Candidates are in preemption order, lowest priority first: those below the bound are a
+    # prefix, and their GPUs are the team's sums by priority below it. Each team's part is kept
+    # until its own candidates change (``TeamType.cand_version``).
+    bound = min(
+        allowed if allowed is not None else 2**62,
+        max_priority + 1 if max_priority is not None else 2**62,
+    )
+    it = ts.name
+    found: Others = []
+    team_list = state.team_list
+    for index in sorted(ts.borrowers):
+        team = team_list[index]
+        tt = team.per_type[it]
+        part = tt.prefixes.get(bound)
+        if part is None or part[0] != tt.cand_version:
+            cands = tt.candidates
+            if bound < 2**62:
+                cands = cands[: bisect_left(cands, bound, key=_priority)]
+            gpus = sum(g for p, g in tt.cand_gpus.items() if p < bound)
+            part = (tt.cand_version, cands, gpus)
+            tt.prefixes[bound] = part
+        if part[1]:
+            found.append((team, part[1], part[2]))
+    result = Borrowers(ts.cand_version, found)
+    state.other_lists[key] = result
+    return result
+
+
 def _other_lists(
     state: CycleState,
     rec: JobRecord,
@@ -77,41 +169,9 @@ def _other_lists(
     max_priority: int | None = None,
     min_share: ShareKey | None = None,
 ) -> Others:
-    """Other teams' candidates on the preemptor's instance type, from teams above their quota
-    there; ``allowed``: only jobs of priority below it (None: any); ``max_priority``: and at
-    most that; ``min_share``: only teams whose share is at least that."""
-    ts = rec.ts
-    it = ts.name
-    key = (it, allowed, max_priority)
-    cached = state.other_lists.get(key)
-    if cached is None or cached[0] != ts.cand_version:
-        # Every borrowing team's candidates, until the borrowers or their candidates here
-        # change (``TypeState.cand_version``); shares move with every start, so they are not
-        # kept.
-        found: Others = []
-        # Candidates are in preemption order, lowest priority first: those below the bound
-        # are a prefix, and their GPUs are the team's sums by priority below it.
-        bound = min(
-            allowed if allowed is not None else 2**62,
-            max_priority + 1 if max_priority is not None else 2**62,
-        )
-        for index in sorted(ts.borrowers):
-            tt = state.team_list[index].per_type[it]
-            cands = tt.candidates
-            if not cands:
-                continue
-            if bound < 2**62:
-                cands = cands[: bisect_left(cands, bound, key=_priority)]
-                if not cands:
-                    continue
-            gpus = sum(g for p, g in tt.cand_gpus.items() if p < bound)
-            found.append((state.team_list[index], cands, gpus))
-        cached = (ts.cand_version, found)
-        state.other_lists[key] = cached
-    own = rec.team
-    if min_share is None:
-        return [entry for entry in cached[1] if entry[0] is not own]
-    return [entry for entry in cached[1] if entry[0] is not own and entry[0].share >= min_share]
+    """``borrowers`` of the preemptor's instance type, less its own team; ``min_share``: only
+    teams whose share is at least that."""
+    return borrowers(state, rec.ts, allowed, max_priority).others(rec.team, min_share)
 
 
 def _priority(rec: JobRecord) -> int:
@@ -404,26 +464,27 @@ def _first_come_first_serve(state: CycleState, rec: JobRecord) -> Victims | None
     """POLICY.md 4, first-come-first-serve: attempt (a) ending within quota, then (b)."""
     tt = rec.tt
     team = rec.team.team
-    it = rec.ts.name
     within = tt.usage + rec.gpus <= tt.quota
     own = own_candidates(rec)
     own_gpus = sum(c.gpus for c in own)
     if not _team_limit_hopeless(rec, own, within_quota=True):
-        others = _other_lists(state, rec, _reclaim_threshold(rec))
-        enough = not _cannot_free_enough(state, rec, own_gpus, _freeable(others, it))
-        if enough and not _placement_hopeless(state, rec, own, others):
-            victims = _minimal(state, rec, others, PreemptionReason.RECLAIM, own, within_quota=True)
-            if victims is not None:
-                return victims
+        found = borrowers(state, rec.ts, _reclaim_threshold(rec))
+        if not _cannot_free_enough(state, rec, own_gpus, found.freeable(rec.team, rec.ts)):
+            others = found.others(rec.team)
+            if not _placement_hopeless(state, rec, own, others):
+                victims = _minimal(state, rec, others, PreemptionReason.RECLAIM, own, within_quota=True)
+                if victims is not None:
+                    return victims
     if within:  # only attempt (a) applies
         return None
     if effective_preempt_while_borrowing(team) == PreemptWhileBorrowing.NEVER:
         return None
     if _team_limit_hopeless(rec, own, within_quota=False):
         return None
-    others_b = _other_lists(state, rec, rec.priority, team.preempt_while_borrowing_max_priority)
-    if _cannot_free_enough(state, rec, own_gpus, _freeable(others_b, it)):
+    found_b = borrowers(state, rec.ts, rec.priority, team.preempt_while_borrowing_max_priority)
+    if _cannot_free_enough(state, rec, own_gpus, found_b.freeable(rec.team, rec.ts)):
         return None
+    others_b = found_b.others(rec.team)
     if _placement_hopeless(state, rec, own, others_b):
         return None
     return _minimal(state, rec, others_b, PreemptionReason.RECLAIM_WHILE_BORROWING, own, within_quota=False)
@@ -463,7 +524,10 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
         usage_min = tt.usage - own_gpus
         extra = max(0, usage_min + rec.gpus - tt.quota) - max(0, tt.usage - tt.quota)
         floor = share_key(own_team.borrowed + extra, own_team.weight, state.pool_total)
-    others = _other_lists(state, rec, _reclaim_threshold(rec), min_share=floor)
+    found = borrowers(state, rec.ts, _reclaim_threshold(rec))
+    if not own and floor is not None and not found.any_share_at_least(state, own_team, floor):
+        return None  # no team with a share that high: no victim anywhere
+    others = found.others(own_team, floor)
     if not own and not others:
         return None
     if _cannot_free_enough(state, rec, own_gpus, _freeable(others, it)):
@@ -565,8 +629,13 @@ def find_victims_once(
 ) -> Victims | None:
     """``find_victims``, unless it already failed in this cycle for a job of the same ``shape``
     as far within its quota, with nothing since that could help on its instance type (its
-    ``preempt_epoch``): such a search fails again. ``searched`` is the cycle's memory."""
-    key = (shape, rec.tt.usage + rec.gpus <= rec.tt.quota)
+    ``preempt_epoch``): such a search fails again. ``searched`` is the cycle's memory.
+
+    Under fair share the search also reads the preemptor's own team's share, and not in one
+    direction only: a higher share lets rule A take fewer victims, so the greedy search goes
+    another way, which may find a set where the old way did not. So the team's borrowed GPUs
+    are part of the memory too (its share moves with them)."""
+    key = (shape, rec.tt.usage + rec.gpus <= rec.tt.quota, rec.team.borrowed if state.fair_share else 0)
     epoch = state.preempt_epoch[rec.ts.name]
     if state.shortcuts and searched.get(key) == epoch:
         return None

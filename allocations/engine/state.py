@@ -12,8 +12,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 from .placement import NodeShare, Placement
+
+if TYPE_CHECKING:
+    from .preemption import Borrowers
 from .ranking import ZERO_SHARE, ShareKey, priority_weights, share_key
 from .snapshot import (
     IdleAllocation,
@@ -95,12 +99,14 @@ class TeamType:
         "borrow",
         "cand_gpus",
         "cand_max",
+        "cand_version",
         "candidates",
         "holding",
         "kept",
         "lendable",
         "max_use",
         "may_borrow",
+        "prefixes",
         "quota",
         "usage",
     )
@@ -120,6 +126,10 @@ class TeamType:
         # quick "not even every candidate would do" test of preemption.
         self.cand_gpus: dict[int, int] = {}
         self.cand_max = 0
+        # Bumped whenever ``candidates`` change; the prefixes of them below a priority bound,
+        # with their GPUs, made at that version (``preemption.borrowers``).
+        self.cand_version = 0
+        self.prefixes: dict[int, tuple[int, list[JobRecord], int]] = {}
 
     def candidate_gpus_below(self, priority: int | None) -> int:
         """GPUs of the candidates of priority below ``priority`` (None: all)."""
@@ -131,6 +141,7 @@ class TeamType:
         """A candidate was preempted: it is no longer running."""
         self.candidates.remove(rec)
         self.cand_gpus[rec.priority] -= rec.gpus
+        self.cand_version += 1
 
     def unused_lendable(self) -> int:
         """The part of the lendable quota that the team itself does not use."""
@@ -165,7 +176,7 @@ class TypeState:
         self.running = 0  # GPUs of running jobs, on ready nodes or not
         self.borrowers: set[int] = set()  # indexes of the teams above their quota here
         # Bumped whenever ``borrowers`` or a team's preemption candidates here change: other
-        # teams' candidate lists (``preemption._other_lists``) hold until it moves.
+        # teams' candidate lists (``preemption.borrowers``) hold until it moves.
         self.cand_version = 0
         # Bumped by every change of its accounting (a job on or off its nodes, a hold): what a
         # pending reason here reads (``CycleState.reason_for``) stands until it moves.
@@ -238,10 +249,10 @@ class CycleState:
         # candidates, its share rises). Admissions otherwise only make searches harder.
         self.preempt_epoch: dict[str, int] = {}
         # Other teams' candidate lists by (instance type, priority bounds), with the type's
-        # ``cand_version`` they were made at (``preemption._other_lists``).
-        self.other_lists: dict[
-            tuple[str, int | None, int | None], tuple[int, list[tuple[TeamState, list[JobRecord], int]]]
-        ] = {}
+        # ``cand_version`` they were made at (``preemption.borrowers``).
+        self.other_lists: dict[tuple[str, int | None, int | None], Borrowers] = {}
+        # Bumped whenever a team's share moves (its borrowed GPUs).
+        self.share_version = 0
         self._build(snapshot)
         self.preempt_epoch = dict.fromkeys(self.types, 0)
 
@@ -425,6 +436,7 @@ class CycleState:
     def _candidate(self, rec: JobRecord) -> None:
         tt = rec.tt
         tt.candidates.append(rec)
+        tt.cand_version += 1
         tt.cand_gpus[rec.priority] = tt.cand_gpus.get(rec.priority, 0) + rec.gpus
         tt.cand_max = max(tt.cand_max, rec.gpus)
         rec.ts.cand_version += 1
@@ -445,6 +457,7 @@ class CycleState:
         quota = tt.quota
         borrowed = max(0, new - quota) - max(0, old - quota)
         if borrowed:
+            self.share_version += 1
             team.borrowed += borrowed
             team.share = share_key(team.borrowed, team.weight, self.pool_total)
         if (old > quota) != (new > quota):

@@ -141,3 +141,23 @@ def test_busy_clusters_exercise_preemption() -> None:
             )
             preempted += len(plan.preemptions)
     assert preempted > 20
+
+
+def test_a_failed_fair_share_search_is_tried_again_once_its_team_borrows_more() -> None:
+    """Found by a long run of the comparison above (seed 109254): a fair-share search of team
+    t1 on ``small`` failed; t1 then started a job on ``big``, borrowing more, which raised its
+    share; the next search of the same shape on ``small`` finds victims (a higher share makes
+    rule A reject a victim the greedy search took before, and the search goes another way).
+    The memory of failed searches once kept the first answer and left the job waiting."""
+    policy = ClusterPolicy(
+        IdleAllocation.FAIR_SHARE,
+        TaskRanking.FIRST_COME_FIRST_SERVE,
+        True,
+        Queueing.BEST_EFFORT_FIFO,
+        CLASSES,
+    )
+    snapshot = busy_cluster(random.Random(109254), policy)
+    plan = allocate(snapshot, 0.0)
+    assert plan == allocate_plainly(snapshot, 0.0)
+    assert plan == allocate_one_by_one(snapshot, 0.0)
+    assert {p.job_id for p in plan.preemptions if p.preemptor == "p35"} == {"r2", "r23", "r24"}
