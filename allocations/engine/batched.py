@@ -84,6 +84,9 @@ class _Shape:
         "ident",
         "ids",
         "keys",
+        "rank",
+        "rank_borrowed",
+        "rank_usage",
         "reason_at",
         "team",
         "ts",
@@ -118,6 +121,10 @@ class _Shape:
         self.fail_within = False
         self.fail_borrowed = 0  # its team's borrowed GPUs (fair share reads the team's share)
         self.reason_at = -1  # the type's ``version`` when ``fail_reason`` was made
+        # ``BatchedCycle._rank``, with the team's usage and borrowed GPUs it was made at.
+        self.rank: tuple[int, ...] = ()
+        self.rank_usage = -1
+        self.rank_borrowed = -1
         self.unfit: PendingReason | None = None  # exceeds-max: waits whatever happens
 
     def insert(self, key: OrderKey, item: JobRecord) -> None:
@@ -198,6 +205,8 @@ class Queues:
         self.inactive: dict[int, dict[str, None]] = {}
         # Pending jobs in their back-off that may look for victims once it ends: (end, n, job).
         self.backoff: list[tuple[float, int, Job]] = []
+        # The records made of pending jobs, by ``id`` of the job (held, so the id stands).
+        self.records: dict[int, tuple[Job, JobRecord]] = {}
         self._noted = count()
         # Cycles of a session go on counting epochs from here. After a cycle that changed
         # nothing (no start, preemption or hold) it stays that cycle's epoch until a running
@@ -305,6 +314,7 @@ class Queues:
             at = bisect_left(shape.keys, key)
             if at < len(shape.keys) and shape.keys[at][4] is job:
                 del shape.keys[at], shape.ids[at]
+                self.records.pop(id(job), None)
                 if not shape.keys:
                     self.teams[team.index].drop(shape)
                 return True
@@ -376,15 +386,23 @@ class BatchedCycle:
 
     # -- keys ------------------------------------------------------------------------------
     def _rank(self, team: TeamState, shape: _Shape) -> tuple[int, ...]:
-        """The head order (POLICY.md 3.2) of the shape's jobs, before their own order key."""
+        """The head order (POLICY.md 3.2) of the shape's jobs, before their own order key. It
+        reads the team's usage of the type and its borrowed GPUs: kept while they stand."""
         tt = shape.tt
-        usage, g = tt.usage, shape.gpus
+        usage = tt.usage
+        if shape.rank_usage == usage and shape.rank_borrowed == team.borrowed:
+            return shape.rank
+        g = shape.gpus
         borrows = 1 if usage + g > tt.quota else 0
-        if not self.fair_share:
-            return (borrows,)
-        extra = max(0, usage + g - tt.quota) - max(0, usage - tt.quota)
-        tier, value = share_key(team.borrowed + extra, team.weight, self.state.pool_total)
-        return (borrows, tier, value)
+        rank: tuple[int, ...]
+        if self.fair_share:
+            extra = max(0, usage + g - tt.quota) - max(0, usage - tt.quota)
+            tier, value = share_key(team.borrowed + extra, team.weight, self.state.pool_total)
+            rank = (borrows, tier, value)
+        else:
+            rank = (borrows,)
+        shape.rank, shape.rank_usage, shape.rank_borrowed = rank, usage, team.borrowed
+        return rank
 
     def _key(self, team: _Team, shape: _Shape, at: int) -> Key:
         return (*self._rank(team.state, shape), *shape.keys[at], team.state.index)
@@ -557,7 +575,18 @@ class BatchedCycle:
         item = shape.keys[shape.at][4]
         shape.at += 1
         team.push(shape)
-        return item if isinstance(item, JobRecord) else self.state.record(item)
+        if isinstance(item, JobRecord):
+            return item
+        # A pending job decided again (given back, or in a session's next cycle) keeps its
+        # record: deciding a job that waits changes nothing of it, and ``undo`` takes a start
+        # back off it.
+        records = self.queues.records
+        kept = records.get(id(item))
+        if kept is not None and kept[0] is item:
+            return kept[1]
+        rec = self.state.record(item)
+        records[id(item)] = (item, rec)
+        return rec
 
     def _decide(self, team: _Team, shape: _Shape, rec: JobRecord) -> set[TeamState]:
         """Start, preempt for, or leave pending one head (as ``cycle._Cycle._decide``)."""

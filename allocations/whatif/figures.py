@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from allocations.engine.snapshot import PendingReason, Plan, Snapshot
+from allocations.engine.snapshot import PendingCode, PendingReason, Plan, Snapshot
 from allocations.simulation.result import JobResult, Result, percentile, to_json
 from allocations.simulation.scenario import Scenario
 
@@ -57,7 +57,7 @@ class ReasonRecorder:
 
     def __init__(self, allocate: Allocate) -> None:
         self.allocate = allocate
-        self.current: dict[str, tuple[str, float, str]] = {}  # job -> (code, since, message)
+        self.current: dict[str, tuple[PendingCode, float, str]] = {}  # job -> (code, since, message)
         self.seconds: dict[str, dict[str, float]] = {}
         self.messages: dict[tuple[str, str], str] = {}
         self.held: tuple[Mapping[str, PendingReason], float] | None = None  # the last plan, its time
@@ -75,14 +75,15 @@ class ReasonRecorder:
             self._close(job_id, now)
         for job_id, reason in pending.items():
             held = current.get(job_id)
-            code = reason.code.value
-            if held is None or held[0] != code:
+            code = reason.code
+            if held is None or held[0] is not code:  # most jobs wait on as they did
                 if held is not None:
                     self._close(job_id, now)
                 current[job_id] = (code, now, reason.message)
 
     def _close(self, job_id: str, now: float) -> None:
-        code, since, message = self.current.pop(job_id)
+        member, since, message = self.current.pop(job_id)
+        code = member.value
         totals = self.seconds.setdefault(job_id, {})
         totals[code] = totals.get(code, 0.0) + (now - since)
         self.messages[(job_id, code)] = message
