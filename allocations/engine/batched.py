@@ -79,6 +79,7 @@ class _Shape:
         "fail_epoch",
         "fail_pe",
         "fail_reason",
+        "fail_usage",
         "fail_within",
         "gpus",
         "ident",
@@ -119,7 +120,9 @@ class _Shape:
         # ended within its team's quota (``BatchedCycle._carried``).
         self.fail_pe = -1
         self.fail_within = False
-        self.fail_borrowed = 0  # its team's borrowed GPUs (fair share reads the team's share)
+        # Its team's borrowed GPUs and usage of the type: fair share reads the team's share.
+        self.fail_borrowed = 0
+        self.fail_usage = 0
         self.reason_at = -1  # the type's ``version`` when ``fail_reason`` was made
         # ``BatchedCycle._rank``, with the team's usage and borrowed GPUs it was made at.
         self.rank: tuple[int, ...] = ()
@@ -422,8 +425,9 @@ class BatchedCycle:
         none of it could help: no start makes a job fit that did not (it only takes GPUs,
         pool and room on nodes, and a holding team starting gives back to the pool no more
         than it takes), nor does a hold (other teams' pool only shrinks); and a search fails
-        again while its instance type's ``preempt_epoch`` stands (what the cycle's memory of
-        failed searches rests on). Only the reason is made again, in the current state: its
+        again while its instance type's ``preempt_epoch`` stands and, under fair share, its
+        team's borrowed GPUs and usage there (what the cycle's memory of failed searches rests
+        on: ``preemption.find_victims_once``). Only the reason is made again, in the current state: its
         figures may have moved. Not across a lone team's jobs, nor under strict FIFO, where
         a failure blocks the team."""
         if not self.carry or shape.fail_epoch < self.first_epoch:
@@ -433,7 +437,7 @@ class BatchedCycle:
             return None
         if (tt.usage + shape.gpus <= tt.quota) != shape.fail_within:
             return None
-        if shape.team.borrowed != shape.fail_borrowed:
+        if self.fair_share and (shape.team.borrowed != shape.fail_borrowed or tt.usage != shape.fail_usage):
             return None
         if shape.reason_at != ts.version:
             shape.fail_reason = self.state.reason_for(shape.team, tt, ts, shape.gpus)
@@ -615,6 +619,7 @@ class BatchedCycle:
         shape.fail_pe = state.preempt_epoch[rec.ts.name]
         shape.fail_within = rec.tt.usage + rec.gpus <= rec.tt.quota
         shape.fail_borrowed = rec.team.borrowed
+        shape.fail_usage = rec.tt.usage
         self.pending[rec.job.id] = why
         if self.strict:
             team.blocked = rec.job.id

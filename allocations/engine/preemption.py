@@ -631,11 +631,15 @@ def find_victims_once(
     as far within its quota, with nothing since that could help on its instance type (its
     ``preempt_epoch``): such a search fails again. ``searched`` is the cycle's memory.
 
-    Under fair share the search also reads the preemptor's own team's share, and not in one
-    direction only: a higher share lets rule A take fewer victims, so the greedy search goes
-    another way, which may find a set where the old way did not. So the team's borrowed GPUs
-    are part of the memory too (its share moves with them)."""
-    key = (shape, rec.tt.usage + rec.gpus <= rec.tt.quota, rec.team.borrowed if state.fair_share else 0)
+    Under fair share the search also reads the preemptor's own team's share once the job runs,
+    and not in one direction only: a higher share lets rule A take fewer victims, so the greedy
+    search goes another way, which may find a set where the old way did not (seeds 109254,
+    229585 and 234475 of the comparison in ``tests/engine/test_shortcuts.py``). That share
+    moves with the team's borrowed GPUs and its usage of the type, so both are part of the
+    memory there."""
+    tt = rec.tt
+    own = (rec.team.borrowed, tt.usage) if state.fair_share else None
+    key = (shape, tt.usage + rec.gpus <= tt.quota, own)
     epoch = state.preempt_epoch[rec.ts.name]
     if state.shortcuts and searched.get(key) == epoch:
         return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -143,21 +144,32 @@ def test_busy_clusters_exercise_preemption() -> None:
     assert preempted > 20
 
 
-def test_a_failed_fair_share_search_is_tried_again_once_its_team_borrows_more() -> None:
-    """Found by a long run of the comparison above (seed 109254): a fair-share search of team
-    t1 on ``small`` failed; t1 then started a job on ``big``, borrowing more, which raised its
-    share; the next search of the same shape on ``small`` finds victims (a higher share makes
-    rule A reject a victim the greedy search took before, and the search goes another way).
-    The memory of failed searches once kept the first answer and left the job waiting."""
+@pytest.mark.parametrize(
+    ("seed", "share_unallocated", "preemptor", "victims"),
+    [
+        (109254, True, "p35", {"r2", "r23", "r24"}),
+        (229585, True, "p107", {"r7"}),
+        (234475, False, "p140", {"r7"}),
+    ],
+)
+def test_a_failed_fair_share_search_is_tried_again_once_its_teams_share_moves(
+    seed: int, share_unallocated: bool, preemptor: str, victims: set[str]
+) -> None:
+    """Found by long runs of the comparison above: a fair-share search of a team failed; the
+    team then started a job, borrowing more (109254: on the other instance type) or using
+    more of its quota on that type (229585, 234475), which raised its share once the job
+    runs; the next search of the same shape finds victims (a higher share makes rule A reject
+    a victim the greedy search took before, and the search goes another way). The memory of
+    failed searches once kept the first answer and left the job waiting."""
     policy = ClusterPolicy(
         IdleAllocation.FAIR_SHARE,
         TaskRanking.FIRST_COME_FIRST_SERVE,
-        True,
+        share_unallocated,
         Queueing.BEST_EFFORT_FIFO,
         CLASSES,
     )
-    snapshot = busy_cluster(random.Random(109254), policy)
+    snapshot = busy_cluster(random.Random(seed), policy)
     plan = allocate(snapshot, 0.0)
     assert plan == allocate_plainly(snapshot, 0.0)
     assert plan == allocate_one_by_one(snapshot, 0.0)
-    assert {p.job_id for p in plan.preemptions if p.preemptor == "p35"} == {"r2", "r23", "r24"}
+    assert {p.job_id for p in plan.preemptions if p.preemptor == preemptor} == victims
