@@ -63,9 +63,9 @@ OrderKey = tuple[int, float, int, str]
 # just before the slot of its own job.
 Slot = tuple[int, float, int, str, "Job | JobRecord"]
 Key = tuple[Any, ...]
-# Jobs consumed without a test, not yet final: (shape, from, to, reason, the shape's rank, and
-# its instance type's ``version`` and ``preempt_epoch``, all as they were when consumed).
-LogEntry = tuple["_Shape", int, int, PendingReason, tuple[int, ...], int, int]
+# Jobs consumed without a test in the current epoch, not yet final: (shape, from, to, reason,
+# the shape's rank when consumed).
+LogEntry = tuple["_Shape", int, int, PendingReason, tuple[int, ...]]
 Ident = tuple[int, str, int, int, bool]  # team index, instance type, GPUs, priority, may look
 
 
@@ -478,7 +478,6 @@ class BatchedCycle:
             heapq.heappop(team.heap)  # the head's own entry
             failing.append((shape, reason))
         top = base
-        preempt_epoch = self.state.preempt_epoch
         for shape, reason in failing:
             start = shape.at
             end = len(shape.keys) if nxt_key is None else bisect_left(shape.keys, nxt_key, start)
@@ -486,8 +485,7 @@ class BatchedCycle:
                 if not team.log:
                     self.logged.append(team)
                 rank = self._rank(team.state, shape)
-                ts = shape.ts
-                team.log.append((shape, start, end, reason, rank, ts.version, preempt_epoch[ts.name]))
+                team.log.append((shape, start, end, reason, rank))
                 shape.at = end
                 last = (*rank, *shape.keys[end - 1], team.state.index)
                 if last > top:
@@ -497,21 +495,15 @@ class BatchedCycle:
             own = self._key(team, nxt, nxt.at)
             heapq.heappush(self.heads, (own if own > top else top, team.version))
 
-    def _settle_logs(
-        self, event: Key | None, changed: set[int] | frozenset[int] = frozenset()
-    ) -> list[_Team]:
-        """A change happened at key ``event`` (None: the cycle ended) that re-ranked the teams
-        ``changed``. Consumed jobs that come before it keep their reasons; the rest are given
-        back, unless their team was not re-ranked and each of them would still wait (``_holds``):
-        those stay consumed, with their reason made again in the new state. Returns the teams
-        given back."""
+    def _settle_logs(self, event: Key | None) -> list[_Team]:
+        """A change happened at key ``event`` (None: the cycle ended). Consumed jobs that come
+        before it keep their reasons; the rest are given back. Returns the teams given back."""
         given_back: list[_Team] = []
         pending = self.pending
-        logged: list[_Team] = []
         for team in self.logged:
             cut: Slot | None = None
             if event is not None:
-                for shape, start, end, _, rank, _, _ in team.log:
+                for shape, start, end, _, rank in team.log:
                     n = len(rank)
                     head = event[:n]
                     if rank > head:
@@ -522,13 +514,7 @@ class BatchedCycle:
                         at = bisect_right(shape.keys, event[n : n + 5], start, end)
                     if at < end and (cut is None or shape.keys[at] < cut):
                         cut = shape.keys[at]
-            if cut is not None and self.carry and team.state.index not in changed:
-                kept = self._kept(team, cut)
-                if kept is not None:
-                    team.log = kept
-                    logged.append(team)
-                    continue
-            for shape, start, end, reason, _, _, _ in team.log:
+            for shape, start, end, reason, _ in team.log:
                 stop = end if cut is None else bisect_left(shape.keys, cut, start, end)
                 if stop > start:
                     pending.update(dict.fromkeys(shape.ids[start:stop], reason))
@@ -538,41 +524,8 @@ class BatchedCycle:
             if cut is not None:
                 given_back.append(team)
             team.log = []
-        self.logged = logged
+        self.logged = []
         return given_back
-
-    def _kept(self, team: _Team, cut: Slot) -> list[LogEntry] | None:
-        """The team's log after a change at ``cut``, when every job consumed past the cut would
-        still wait (the team's rank did not move): the part before the cut settled, the rest
-        kept with its reason in the new state. None when some would not (all is given back,
-        so that the team's consumed jobs stay the first of its queue)."""
-        preempt_epoch = self.state.preempt_epoch
-        cuts = []
-        for entry in team.log:
-            shape, start, end, _, _, version, pe = entry
-            stop = bisect_left(shape.keys, cut, start, end)
-            # The jobs still wait when no search epoch moved on their instance type since they
-            # were consumed (a preemption there moves it, the only change that frees GPUs, and
-            # so does whatever may let a search succeed: ``_carried``).
-            if stop < end and shape.unfit is None and pe != preempt_epoch[shape.ts.name]:
-                return None
-            cuts.append(stop)
-        pending = self.pending
-        kept: list[LogEntry] = []
-        for entry, stop in zip(team.log, cuts, strict=True):
-            shape, start, end, reason, rank, version, pe = entry
-            if stop > start:
-                pending.update(dict.fromkeys(shape.ids[start:stop], reason))
-            if stop < end:
-                ts = shape.ts
-                if shape.unfit is None and version != ts.version:
-                    if shape.reason_at != ts.version:
-                        shape.fail_reason = self.state.reason_for(shape.team, shape.tt, ts, shape.gpus)
-                        shape.reason_at = ts.version
-                    assert shape.fail_reason is not None
-                    reason, version = shape.fail_reason, ts.version
-                kept.append((shape, stop, end, reason, rank, version, pe))
-        return kept
 
     # -- deciding --------------------------------------------------------------------------
     def _record(self, team: _Team, shape: _Shape) -> JobRecord:
@@ -683,13 +636,12 @@ class BatchedCycle:
                 self._advance(team, key)
                 continue
             # A change: settle what was consumed, then re-rank the teams it touched.
-            ranked = {t.index for t in changed}
-            ranked.add(team.state.index)
-            touched = {t.state.index for t in self._settle_logs(key, ranked)}
+            touched = {t.state.index for t in self._settle_logs(key)}
             for victim in self.requeue:
                 self._requeue(victim)
             self.requeue = []
-            touched.update(ranked)
+            touched.update(t.index for t in changed)
+            touched.add(team.state.index)
             for index in sorted(touched):
                 self._offer(teams[index])
         self._settle_logs(None)
