@@ -164,8 +164,10 @@ def main() -> int:
         if reuse:  # a database written by an earlier run with --db: the same history
             from allocations.models import Job
 
-            window_end = Job.objects.order_by("-submitted_at").values_list("submitted_at", flat=True)[0]
-            window_start = window_end - timedelta(days=args.days)
+            # The window written began with the history's first submission or before it.
+            first = Job.objects.order_by("submitted_at").values_list("submitted_at", flat=True)[0]
+            window_start = first.replace(microsecond=0)
+            window_end = window_start + timedelta(days=args.days)
             print(f"history reused from {db}: {Job.objects.count():,} jobs")
         else:
             started = time.perf_counter()
