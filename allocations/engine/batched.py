@@ -427,9 +427,9 @@ class BatchedCycle:
         than it takes), nor does a hold (other teams' pool only shrinks); and a search fails
         again while its instance type's ``preempt_epoch`` stands and, under fair share, its
         team's borrowed GPUs and usage there (what the cycle's memory of failed searches rests
-        on: ``preemption.find_victims_once``). Only the reason is made again, in the current state: its
-        figures may have moved. Not across a lone team's jobs, nor under strict FIFO, where
-        a failure blocks the team."""
+        on: ``preemption.find_victims_once``). Only the reason is made again, in the current
+        state: its figures may have moved. Not across a lone team's jobs, nor under strict
+        FIFO, where a failure blocks the team."""
         if not self.carry or shape.fail_epoch < self.first_epoch:
             return None
         tt, ts = shape.tt, shape.ts

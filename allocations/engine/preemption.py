@@ -162,18 +162,6 @@ def borrowers(
     return result
 
 
-def _other_lists(
-    state: CycleState,
-    rec: JobRecord,
-    allowed: int | None,
-    max_priority: int | None = None,
-    min_share: ShareKey | None = None,
-) -> Others:
-    """``borrowers`` of the preemptor's instance type, less its own team; ``min_share``: only
-    teams whose share is at least that."""
-    return borrowers(state, rec.ts, allowed, max_priority).others(rec.team, min_share)
-
-
 def _priority(rec: JobRecord) -> int:
     return rec.priority
 
