@@ -1,6 +1,6 @@
 """How long one allocation cycle takes, beside a floor measured in the same run.
 
-    .venv/bin/python benchmarks/engine_cycle.py [--quick] [--repeat N]
+    .venv/bin/python benchmarks/engine_cycle.py [--quick] [--repeat N] [--storm] [--stepped]
 
 For each case (pending jobs, running jobs, teams, nodes) and both ``idle_allocation`` modes it
 builds a busy cluster (quotas summing to 90% of the capacity, the running jobs filling it, some
@@ -43,7 +43,13 @@ TYPES = ("ml.p5.48xlarge", "ml.p4d.24xlarge")
 
 
 def settled(
-    pending: int, running: int, teams: int, nodes: int, mode: IdleAllocation, seed: int = 7
+    pending: int,
+    running: int,
+    teams: int,
+    nodes: int,
+    mode: IdleAllocation,
+    seed: int = 7,
+    stepped: bool = False,
 ) -> Snapshot:
     """A busy cluster at rest, the cycle the Celery loop runs all day.
 
@@ -60,18 +66,22 @@ def settled(
         _pending_job(rng, f"r{k:06d}", team_names, -3600.0, k, sizes=(1, 1, 2, 2, 4)) for k in range(offered)
     )
     snapshot = dataclasses.replace(base, jobs=jobs)
-    for _ in range(30):
-        plan = allocate(snapshot, -1.0)
+    # At one instant (the default), the back-offs of the jobs preempted on the way all end at
+    # the timed cycle's time 0, which then has that much more to do; ``stepped``: one cycle a
+    # second from -64 s, so that those back-offs end on the way.
+    times = [-64.0 + k for k in range(64)] if stepped else [-1.0] * 30
+    for now in times:
+        plan = allocate(snapshot, now)
         by_id = {j.id: j for j in snapshot.jobs}
         for p in plan.preemptions:
             job = by_id[p.job_id]
             by_id[p.job_id] = dataclasses.replace(
-                job, nodes=(), started_at=None, preemptions=job.preemptions + 1, last_preempted_at=-1.0
+                job, nodes=(), started_at=None, preemptions=job.preemptions + 1, last_preempted_at=now
             )
         for st in plan.starts:
-            by_id[st.job_id] = dataclasses.replace(by_id[st.job_id], nodes=st.nodes, started_at=-1.0)
+            by_id[st.job_id] = dataclasses.replace(by_id[st.job_id], nodes=st.nodes, started_at=now)
         snapshot = dataclasses.replace(snapshot, jobs=tuple(by_id.values()))
-        if not plan.starts and not plan.preemptions:
+        if not stepped and not plan.starts and not plan.preemptions:
             break
     on_nodes = [j for j in snapshot.jobs if j.nodes]
     waiting = [j for j in snapshot.jobs if not j.nodes]
@@ -215,6 +225,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="only the small cases")
     parser.add_argument("--repeat", type=int, default=3, help="best of N timings (default 3)")
     parser.add_argument("--storm", action="store_true", help="also the reclaim-storm cases")
+    parser.add_argument(
+        "--stepped",
+        action="store_true",
+        help="also the 100k-job case settled one cycle a second (back-offs end before the timed cycle)",
+    )
     args = parser.parse_args()
     grid = [
         ("settled", 1_000, 1_000, 20, 200),
@@ -228,13 +243,17 @@ def main() -> None:
         ]
     if args.storm:
         grid += [("storm", 1_000, 1_000, 20, 200), ("storm", 10_000, 1_000, 20, 200)]
+    if args.stepped:
+        grid += [("stepped", 100_000, 10_000, 200, 2_000)]
     header = f"{'cluster':<8} {'pending':>8} {'running':>8} {'teams':>6} {'nodes':>6} {'mode':<22} {'cycle s':>8} {'floor s':>8} {'ratio':>6} {'starts':>7} {'preempt':>7} {'peak MB':>8}"
     print(header)
     print("-" * len(header))
     for kind, pending, running, teams, nodes in grid:
         for mode in IdleAllocation:
-            make = settled if kind == "settled" else build
-            snapshot = make(pending, running, teams, nodes, mode)
+            if kind == "storm":
+                snapshot = build(pending, running, teams, nodes, mode)
+            else:
+                snapshot = settled(pending, running, teams, nodes, mode, stepped=kind == "stepped")
             plan = allocate(snapshot, 0.0)
             cycle = best_of(args.repeat, lambda s=snapshot: allocate(s, 0.0))
             base = best_of(args.repeat, lambda s=snapshot: floor(s))
