@@ -55,7 +55,14 @@ from .snapshot import (
     Snapshot,
     Start,
 )
-from .state import CycleState, JobRecord, NeverFitJudge, TeamState, effective_preempt_while_borrowing
+from .state import (
+    CycleState,
+    Grouping,
+    JobRecord,
+    NeverFitJudge,
+    TeamState,
+    effective_preempt_while_borrowing,
+)
 
 OrderKey = tuple[int, float, int, str]
 # A job's place in its shape: its order key, then the job (or its record, for a job preempted
@@ -221,7 +228,7 @@ class Queues:
         self._shapes(self.state.pending_groups)
         self.state.pending_groups = {}
 
-    def _shapes(self, groups: dict[tuple[str, str, int, str | None, int], list[Job]]) -> None:
+    def _shapes(self, groups: dict[Grouping, list[Job]]) -> None:
         state = self.state
         now = self.now
         weights = state.weights
@@ -338,10 +345,8 @@ class Queues:
         self.epoch_base += 1
         self.state.remove(rec)
         tt = rec.tt
-        tt.candidates.remove(rec)
-        tt.cand_version += 1
+        tt.drop_candidate(rec)
         rec.ts.cand_version += 1
-        tt.cand_gpus[rec.priority] -= rec.gpus
         if rec.gpus >= tt.cand_max:
             tt.cand_max = max((c.gpus for c in tt.candidates), default=0)
 

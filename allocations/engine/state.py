@@ -39,6 +39,7 @@ _id, _team, _instance_type, _gpus_of = (attrgetter(a) for a in ("id", "team", "i
 # Pending jobs grouped in one pass (``CycleState.pending_groups``); a shape is made of these,
 # those preempted before then looked at one by one (their back-off, POLICY.md 3.5).
 _grouping = attrgetter("team", "instance_type", "gpus", "priority_class", "preemptions")
+Grouping = tuple[str, str, int, str | None, int]
 
 
 def _gpus(n: int) -> str:
@@ -233,7 +234,7 @@ class CycleState:
         # Off: pending jobs get no ``JobRecord`` here (the batched cycle makes them on demand);
         # they are still validated, and grouped in ``pending_groups``.
         self.pending_records = pending_records
-        self.pending_groups: dict[tuple[str, str, int, str | None, int], list[Job]] = {}
+        self.pending_groups: dict[Grouping, list[Job]] = {}
         # Off: no necessary-condition bounds before preemption searches (tests compare both).
         self.shortcuts = shortcuts
         self.now = now
@@ -305,7 +306,7 @@ class CycleState:
             # The pending jobs are grouped by what a shape is made of (``pending_groups``) and
             # the groups, not the jobs, are checked: a few thousand lookups instead of 100k.
             running = [job for job in jobs if job.nodes]
-            groups: defaultdict[tuple[str, str, int, str | None, int], list[Job]] = defaultdict(list)
+            groups: defaultdict[Grouping, list[Job]] = defaultdict(list)
             for job in jobs:
                 if not job.nodes:
                     groups[_grouping(job)].append(job)
@@ -348,7 +349,7 @@ class CycleState:
         jobs: Sequence[Job],
         types: dict[str, InstanceType],
         node_type: dict[str, str],
-        groups: dict[tuple[str, str, int, str | None, int], list[Job]] | None = None,
+        groups: dict[Grouping, list[Job]] | None = None,
         total: int = 0,
     ) -> dict[str, int]:
         """Validate the jobs; returns the GPUs in use per node. The common case (nothing wrong)
