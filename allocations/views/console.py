@@ -14,6 +14,7 @@ from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import ValidationError
 from django.core.paginator import Page, Paginator
+from django.db import transaction
 from django.db.models import Count, Prefetch
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
@@ -166,23 +167,31 @@ def team_detail(request: HttpRequest, name: str) -> HttpResponse:
     )
 
 
+class _Refused(Exception):
+    """A service refused part of a form that is saved whole: undo the parts saved before it."""
+
+
 def _save_team(request: HttpRequest, team: Team, form: Any, quotas: Any) -> Team | None:
-    """Save the team's settings, then each quota row; stop at the first refusal (each service
-    owns its transaction, so what was saved before a refusal stays saved and is audited)."""
-    saved = _save(request, form, services.team_update, team=team)
-    if saved is None:
+    """Save the team's settings and then each quota row, all or nothing: a refused row (its
+    errors put on its form) rolls back the settings and rows saved before it, audit included."""
+    try:
+        with transaction.atomic():
+            saved = _save(request, form, services.team_update, team=team)
+            if saved is None:
+                raise _Refused
+            for quota_form in quotas.forms:
+                try:
+                    services.team_quota_set(
+                        actor=request.user,
+                        team=saved,
+                        instance_type=quota_form.cleaned_data["instance_type"],
+                        **quota_form.quota_settings(),
+                    )
+                except ValidationError as exc:
+                    forms.apply_errors(quota_form, exc)
+                    raise _Refused from exc
+    except _Refused:
         return None
-    for quota_form in quotas.forms:
-        try:
-            services.team_quota_set(
-                actor=request.user,
-                team=saved,
-                instance_type=quota_form.cleaned_data["instance_type"],
-                **quota_form.quota_settings(),
-            )
-        except ValidationError as exc:
-            forms.apply_errors(quota_form, exc)
-            return None
     return saved
 
 

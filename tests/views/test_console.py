@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.test import Client
 from django.urls import reverse
 
@@ -252,6 +253,36 @@ def test_saving_a_team_audits_each_changed_field(personas, admin):
         ("team-a / ml.p5.48xlarge", "quota", "8", "6"),
         ("team-a / ml.p5.48xlarge", "lend_limit", "(none)", "2"),
     }
+
+
+def test_a_team_is_saved_whole_or_not_at_all(personas, admin, monkeypatch):
+    """A quota row refused by the service (past the form's checks: say a concurrent change)
+    leaves the team's settings and the rows before it as they were, and audits nothing."""
+    from allocations.models import InstanceType
+    from allocations.services import policy as services
+
+    g5 = InstanceType.objects.create(name="ml.g5.12xlarge", gpus_per_node=4)
+    real = services.team_quota_set
+
+    def refuse_g5(**kwargs):
+        if kwargs["instance_type"] == g5:
+            raise ValidationError({"quota": "Quota refused for this test; got 2."})
+        return real(**kwargs)
+
+    monkeypatch.setattr(services, "team_quota_set", refuse_g5)
+    data = team_post(
+        personas.team,
+        {"ml.p5.48xlarge": {"quota": 6}, "ml.g5.12xlarge": {"quota": 2}},
+        fair_share_weight=4,
+        display_name="Renamed",
+    )
+    response = admin.post(reverse("allocations:team_detail", kwargs={"name": "team-a"}), data)
+    assert response.status_code == 200
+    assert "Quota refused for this test; got 2." in response.content.decode()
+    team = Team.objects.get(pk=personas.team.pk)
+    assert (team.fair_share_weight, team.display_name) == (1, personas.team.display_name)
+    assert TeamQuota.objects.get(team=team, instance_type__name="ml.p5.48xlarge").quota == 8
+    assert not AuditEntry.objects.exists()
 
 
 def test_members_are_added_changed_and_removed(personas, admin):
