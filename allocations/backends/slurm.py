@@ -33,6 +33,7 @@ import os
 import re
 import shlex
 import subprocess
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -131,6 +132,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {
     "bin_dir": "",
     "command_prefix": [],
     "timeout_s": 30,
+    "start_timeout_s": 180,
     "job_name_prefix": "gpugov-",
     "partition": "",
     "account": "",
@@ -161,6 +163,8 @@ class SlurmJob:
     end_time: float | None
     exit_status: int | None
     required_nodes: tuple[str, ...] = ()
+    # When Slurm last made it eligible (its release; its submission if Slurm gives no time).
+    eligible_since: float | None = None
 
     @property
     def starting(self) -> bool:
@@ -289,6 +293,54 @@ def node_state(state: str | Sequence[str], flags: Iterable[str] = ()) -> NodeSta
     return NodeState.DOWN
 
 
+# Base job states in which a Slurm job holds its nodes' GPUs.
+HOLDING_STATES = frozenset(
+    {"RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"}
+)
+
+
+def held_gpus(squeue: Mapping[str, Any]) -> dict[str, int | None]:
+    """GPUs held on each node by the jobs of ``squeue --json`` (every user's); ``None`` for a
+    node where a job holds GPUs this cannot count (asked per job or per task, or unreadable)."""
+    held: dict[str, int | None] = {}
+    for raw in squeue.get("jobs", []):
+        if not isinstance(raw, Mapping) or _first_state(raw.get("job_state")) not in HOLDING_STATES:
+            continue
+        try:
+            nodes = expand_hostlist(str(raw.get("nodes") or ""))
+            per_node: int | None = gres_gpus(str(raw.get("tres_per_node") or ""))
+        except ValueError:
+            nodes, per_node = [], None
+        elsewhere = " ".join(
+            str(raw.get(k) or "") for k in ("tres_per_job", "tres_per_task", "tres_per_socket")
+        )
+        if "gpu" in elsewhere:
+            per_node = None
+        for node in nodes:
+            count = held.get(node, 0)
+            held[node] = None if count is None or per_node is None else count + per_node
+    return held
+
+
+def leaked_gpus(raw_node: Mapping[str, Any], held: Mapping[str, int | None]) -> int:
+    """GPUs of one ``sinfo --json`` node that Slurm counts as used beyond what jobs hold.
+
+    With ``held`` empty, only a node where no job holds a CPU can be judged (all its used
+    GPUs are leaked); a node where a job holds GPUs that cannot be counted is never judged.
+    """
+    try:
+        used = gres_gpus(str(raw_node.get("gres_used") or ""))
+    except ValueError:
+        return 0
+    name = str(raw_node.get("name") or raw_node.get("hostname") or "")
+    if not _number(raw_node.get("alloc_cpus")):
+        return used
+    holding = held.get(name, 0) if held else None
+    if holding is None:
+        return 0
+    return max(0, used - holding)
+
+
 def exit_code_from_status(status: int) -> int:
     """Slurm reports a wait status: 768 = exit 3; a signal gives 128 + signal (15 -> 143)."""
     signal = status & 0x7F
@@ -365,14 +417,23 @@ def _slurm_job(raw: Mapping[str, Any]) -> SlurmJob:
         held=held,
         restarts=int(_number(raw.get("restart_cnt")) or 0),
         required_nodes=tuple(expand_hostlist(str(raw.get("required_nodes") or ""))),
+        eligible_since=_number(raw.get("eligible_time")) or _number(raw.get("submit_time")) or None,
         start_time=start if start else None,
         end_time=end if end else None,
         exit_status=exit_status,
     )
 
 
-def backend_job(job_id: str, job: SlurmJob) -> BackendJob:
-    """What gpugov is told about one Slurm copy of its job ``job_id``."""
+def backend_job(
+    job_id: str, job: SlurmJob, now: float | None = None, start_timeout_s: float | None = None
+) -> BackendJob:
+    """What gpugov is told about one Slurm copy of its job ``job_id``.
+
+    A copy released onto its nodes and waiting for Slurm's scheduler counts as running there,
+    but only for ``start_timeout_s`` (when ``now`` is given): a copy Slurm has not started by
+    then is waiting for something gpugov does not see (GPUs Slurm counts as used that no job
+    holds, a job of another user on those nodes), and is reported pending, saying so.
+    """
     state = JOB_STATES.get(job.state, BackendJobState.FAILED)
     ended = state not in LIVE_STATES
     reason = "" if job.reason in ("None", "") else job.reason
@@ -380,6 +441,23 @@ def backend_job(job_id: str, job: SlurmJob) -> BackendJob:
         reason = f"unknown Slurm job state {job.state}" + (f" ({reason})" if reason else "")
     elif job.state not in ("PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "REQUEUE_HOLD"):
         reason = job.state.lower() + (f": {reason}" if reason else "")
+    overdue = (
+        job.starting
+        and now is not None
+        and start_timeout_s is not None
+        and job.eligible_since is not None
+        and now - job.eligible_since > start_timeout_s
+    )
+    if overdue:
+        assert job.eligible_since is not None and now is not None
+        waited = now - job.eligible_since
+        reason = (
+            f"released onto {','.join(job.required_nodes) or 'its nodes'} {waited:.0f} s ago, Slurm has not "
+            f"started it ({reason or 'not yet evaluated'}; settings.start_timeout_s={start_timeout_s:g})"
+        )
+        return BackendJob(
+            job_id=job_id, external_id=job.slurm_id, state=BackendJobState.PENDING, reason=reason
+        )
     if job.starting:
         return BackendJob(
             job_id=job_id,
@@ -441,6 +519,13 @@ def validate_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     timeout = merged["timeout_s"]
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= 3600:
         raise bad("timeout_s", "a number of seconds in (0, 3600]")
+    start_timeout = merged["start_timeout_s"]
+    if (
+        isinstance(start_timeout, bool)
+        or not isinstance(start_timeout, int | float)
+        or not 0 < start_timeout <= 86400
+    ):
+        raise bad("start_timeout_s", "a number of seconds in (0, 86400]")
     for key in ("command_prefix", "partitions", "extra_sbatch_args"):
         value = merged[key]
         if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
@@ -478,7 +563,8 @@ class SlurmBackend(ClusterBackend):
     ``account`` (defaults; ``{team}`` is replaced by the team's name), ``teams`` (per-team
     ``partition``/``account``), ``partitions`` (only list these partitions' nodes),
     ``node_instance_types`` (node -> instance type, over Features),
-    ``instance_type_feature_prefix``, ``workdir``, ``output``, ``extra_sbatch_args``.
+    ``instance_type_feature_prefix``, ``workdir``, ``output``, ``extra_sbatch_args``,
+    ``start_timeout_s`` (how long a released copy may wait for Slurm to start it).
     """
 
     kind = "slurm"
@@ -558,19 +644,36 @@ class SlurmBackend(ClusterBackend):
     # 2. Nodes ----------------------------------------------------------------------------------
 
     def list_nodes(self) -> list[BackendNode]:
-        """Every node (of ``settings.partitions`` when set) from ``sinfo --json``."""
-        document = self._json("sinfo")
+        """Every node (of ``settings.partitions`` when set) from ``sinfo --json``.
+
+        ``squeue --json`` says which GPUs jobs hold: GPUs Slurm counts as used beyond those
+        are leaked (see ``_node``). A job that starts or ends between the two reads would look
+        like a leak, so a node that seems to leak is read again and the smaller count kept.
+        """
         wanted = set(self.config["partitions"])
-        nodes = []
-        for raw in document.get("nodes", []):
-            partitions = raw.get("partitions") or []
-            if wanted and not wanted & set(partitions):
-                continue
-            nodes.append(self._node(raw))
+
+        def read() -> list[Mapping[str, Any]]:
+            raws = [r for r in self._json("sinfo").get("nodes", []) if isinstance(r, Mapping)]
+            return [r for r in raws if not wanted or wanted & set(r.get("partitions") or [])]
+
+        first = read()
+        held = held_gpus(self._json("squeue"))
+        leaks = {str(r.get("name")): leaked_gpus(r, held) for r in first}
+        if any(leaks.values()):
+            again = read()
+            leaks = {
+                str(r.get("name")): min(leaked_gpus(r, held), leaks.get(str(r.get("name")), 0)) for r in again
+            }
+            first = again
+        nodes = [self._node(raw, leaks.get(str(raw.get("name")), 0)) for raw in first]
         return sorted(nodes, key=lambda n: n.name)
 
-    def _node(self, raw: Mapping[str, Any]) -> BackendNode:
-        """One node of ``sinfo --json``; a node whose type or GPUs cannot be read is down."""
+    def _node(self, raw: Mapping[str, Any], leaked: int | None = None) -> BackendNode:
+        """One node of ``sinfo --json``; a node whose type or GPUs cannot be read is down.
+
+        ``leaked``: the GPUs Slurm counts as used that no job holds (``leaked_gpus``); by
+        default, those of a node where no job holds a CPU.
+        """
         name = str(raw.get("name") or raw.get("hostname") or "")
         state = node_state(raw.get("state") or "UNKNOWN", raw.get("state_flags") or [])
         reason = str(raw.get("reason") or "")
@@ -579,11 +682,9 @@ class SlurmBackend(ClusterBackend):
         except ValueError as exc:
             return BackendNode(name, "", 0, NodeState.DOWN, f"gpugov: {exc}")
         instance_type = self._instance_type(name, str(raw.get("features") or ""))
-        try:
-            leaked = gres_gpus(str(raw.get("gres_used") or "")) if not _number(raw.get("alloc_cpus")) else 0
-        except ValueError:
-            leaked = 0
-        if leaked and state is NodeState.READY:
+        if leaked is None:
+            leaked = leaked_gpus(raw, {})
+        if leaked and state is NodeState.READY and not _number(raw.get("alloc_cpus")):
             # Seen after slurmctld restarted while jobs were requeued (Slurm 22.05): the GPUs stay
             # counted as used with no job on the node, and Slurm refuses every job there, so a
             # job placed on it would wait forever. Down until an administrator clears it.
@@ -593,6 +694,17 @@ class SlurmBackend(ClusterBackend):
                 gpus,
                 NodeState.DOWN,
                 f"gpugov: Slurm counts {leaked} GPU(s) of this node in use with no job on it "
+                "(leaked GRES; `scontrol reconfigure` clears it)",
+            )
+        if leaked and state is NodeState.READY:
+            # The same beside jobs that still run there: they go on, nothing new is placed
+            # there (a job placed on the leaked GPUs would wait for them forever).
+            return BackendNode(
+                name,
+                instance_type,
+                gpus,
+                NodeState.DRAINING,
+                f"gpugov: Slurm counts {leaked} GPU(s) of this node in use that no job holds "
                 "(leaked GRES; `scontrol reconfigure` clears it)",
             )
         if not instance_type:
@@ -635,7 +747,7 @@ class SlurmBackend(ClusterBackend):
         """One entry per gpugov job: its newest live copy, else its newest ended one."""
         result = []
         for job_id, jobs in sorted(self._copies().items()):
-            seen = backend_job(job_id, _current(jobs))
+            seen = backend_job(job_id, _current(jobs), time.time(), float(self.config["start_timeout_s"]))
             if seen.held and any(_runnable(copy) for copy in jobs):
                 # An older copy (left by a crash inside ``start``) could still start by itself.
                 seen = dataclasses.replace(seen, held=False)

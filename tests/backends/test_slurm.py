@@ -29,6 +29,8 @@ from allocations.backends.slurm import (
     exit_code_from_status,
     expand_hostlist,
     gres_gpus,
+    held_gpus,
+    leaked_gpus,
     node_state,
     parse_squeue_json,
     transient_message,
@@ -78,7 +80,7 @@ SQUEUE_JOBS = [
     {"job_id": 9, "name": "gpugov-cap", "job_state": "COMPLETING", "state_reason": "JobHeldUser", "nodes": "node4", "start_time": 1795970668, "end_time": 6090937904, "exit_code": 0, "tres_per_node": "gres:gpu:8", "restart_cnt": 1, "priority": 0},
     {"job_id": 10, "name": "gpugov-cap", "job_state": "PENDING", "state_reason": "JobHeldUser", "nodes": "", "start_time": 1795970674, "end_time": 6090937910, "exit_code": 0, "tres_per_node": "gres:gpu:8", "restart_cnt": 1, "priority": 0},
     # Released onto node5 while its GPUs are busy: Slurm will start it there.
-    {"job_id": 92, "name": "gpugov-wait", "job_state": "PENDING", "state_reason": "Resources", "nodes": "", "required_nodes": "node5", "start_time": 1827507014, "end_time": 6122474250, "exit_code": 0, "tres_per_node": "gres:gpu:2", "restart_cnt": 0, "priority": 4294901668},
+    {"job_id": 92, "name": "gpugov-wait", "job_state": "PENDING", "state_reason": "Resources", "nodes": "", "required_nodes": "node5", "submit_time": 1827506950, "eligible_time": 1827506950, "start_time": 1827507014, "end_time": 6122474250, "exit_code": 0, "tres_per_node": "gres:gpu:2", "restart_cnt": 0, "priority": 4294901668},
     # Released onto node6, which was drained meanwhile: stuck.
     {"job_id": 93, "name": "gpugov-stuck", "job_state": "PENDING", "state_reason": "ReqNodeNotAvail", "nodes": "", "required_nodes": "node6", "start_time": 0, "end_time": 0, "exit_code": 0, "tres_per_node": "gres:gpu:2", "restart_cnt": 0, "priority": 4294901667},
 ]  # fmt: skip
@@ -244,6 +246,79 @@ def test_released_job_waiting_for_the_scheduler_counts_as_running_on_its_nodes()
     assert (stuck.state, stuck.nodes, stuck.reason) == (BackendJobState.PENDING, (), "ReqNodeNotAvail")
     # Released, waiting for its node: Slurm would start it by itself once the node is back.
     assert not stuck.held
+
+
+def test_a_released_job_slurm_does_not_start_within_the_timeout_is_reported_pending() -> None:
+    jobs = {j.slurm_id: j for j in parse_squeue_json({"jobs": SQUEUE_JOBS})}
+    released = jobs["92"]
+    assert released.eligible_since == 1827506950  # its eligible_time: the release
+    soon = backend_job("wait", released, now=1827506950 + 179, start_timeout_s=180)
+    assert (soon.state, soon.nodes) == (BackendJobState.RUNNING, (("node5", 2),))
+    late = backend_job("wait", released, now=1827506950 + 181, start_timeout_s=180)
+    assert (late.state, late.nodes, late.held) == (BackendJobState.PENDING, (), False)
+    assert late.reason == (
+        "released onto node5 181 s ago, Slurm has not started it (Resources; settings.start_timeout_s=180)"
+    )
+    # Only a copy counted as starting times out: a running one, or a held one, is what it is.
+    assert backend_job("t8", jobs["8"], now=2e9, start_timeout_s=1).state is BackendJobState.RUNNING
+    assert backend_job("cap", jobs["10"], now=2e9, start_timeout_s=1).held
+
+
+# sinfo --json of node1 (8 GPUs) with one job of 4 GPUs on it, as slurmctld counts them.
+BUSY_NODE = {**SINFO_NODES[0], "state": "mixed", "alloc_cpus": 1, "gres_used": "gpu:h100:8(IDX:0-7)"}
+
+
+def squeue_holding(*jobs: tuple[str, str, str]) -> dict[str, object]:
+    """squeue --json with jobs (state, nodes, tres_per_node) of any user."""
+    return {
+        "jobs": [
+            {"job_id": i, "name": f"someone-{i}", "job_state": state, "nodes": nodes, "tres_per_node": tres}
+            for i, (state, nodes, tres) in enumerate(jobs)
+        ]
+    }
+
+
+@pytest.mark.parametrize(
+    ("jobs", "leaked"),
+    [
+        ([("RUNNING", "node1", "gres:gpu:4")], 4),
+        ([("RUNNING", "node1", "gres:gpu:4"), ("COMPLETING", "node[1-2]", "gres:gpu:4")], 0),
+        ([("RUNNING", "node1", "gres:gpu:8")], 0),
+        (
+            [
+                ("RUNNING", "node1", "gres:gpu:4"),
+                ("PENDING", "", "gres:gpu:4"),
+                ("COMPLETED", "node1", "gres:gpu:4"),
+            ],
+            4,
+        ),
+        # A job without GPUs holds none of them.
+        ([("RUNNING", "node1", "gres:gpu:4"), ("RUNNING", "node1", "")], 4),
+    ],
+)
+def test_gpus_slurm_counts_as_used_beyond_what_jobs_hold_are_leaked(
+    jobs: list[tuple[str, str, str]], leaked: int
+) -> None:
+    held = held_gpus(squeue_holding(*jobs))
+    assert leaked_gpus(BUSY_NODE, held) == leaked
+    node = SlurmBackend({})._node(BUSY_NODE, leaked)
+    if leaked:
+        assert (node.state, node.gpus) == (NodeState.DRAINING, 8)
+        assert f"Slurm counts {leaked} GPU(s) of this node in use that no job holds" in node.reason
+    else:
+        assert node.state is NodeState.READY
+
+
+def test_gpus_asked_per_job_or_task_are_not_counted_as_leaked() -> None:
+    document = squeue_holding(("RUNNING", "node1", "gres:gpu:4"))
+    document["jobs"].append(  # type: ignore[attr-defined]
+        {"job_id": 9, "name": "x", "job_state": "RUNNING", "nodes": "node1", "tres_per_job": "gres:gpu:4"}
+    )
+    assert held_gpus(document) == {"node1": None}
+    assert leaked_gpus(BUSY_NODE, held_gpus(document)) == 0
+    # Without squeue's word only a node where no job holds a CPU is judged.
+    assert leaked_gpus(BUSY_NODE, {}) == 0
+    assert leaked_gpus({**BUSY_NODE, "alloc_cpus": 0}, {}) == 8
 
 
 def test_only_gpugovs_jobs_are_read_and_an_unreadable_one_is_named() -> None:
@@ -561,6 +636,40 @@ def test_start_moves_a_job_still_waiting_for_its_nodes_when_placed_elsewhere(
     assert seen is not None and (seen.external_id, seen.nodes) == (second, (("node6", 2),))
     states = {row["id"]: row["state"] for row in slurm_jobs_named(f"{slurm_backend.prefix}late")}
     assert states == {first: "CANCELLED", second: "RUNNING"}
+
+
+@pytest.mark.slurm
+def test_a_copy_slurm_keeps_waiting_is_reported_pending_after_the_start_timeout(
+    slurm_backend: SlurmBackend,
+) -> None:
+    # Another user's job (gpugov does not see it) takes node6's GPUs; gpugov places a job there.
+    g5 = "ml.g5.12xlarge"
+    backend = SlurmBackend({**slurm_backend.config, "start_timeout_s": 4})
+    foreign = f"{slurm_backend.prefix.rstrip('-')}_other"
+    slurm("sbatch", "-J", foreign, "-p", "gpu", "-w", "node6", "-N", "1", "--gres=gpu:4", "-o", "/dev/null",
+          "--wrap", "sleep 120")  # fmt: skip
+    try:
+        wait_for(
+            lambda: slurm_jobs_named(foreign)[0]["state"], lambda state: state == "RUNNING", "the foreign job"
+        )
+        slurm_id = backend.start(spec("blocked", 2, instance_type=g5), (("node6", 2),))
+        seen = job_of(backend, "blocked")
+        assert seen is not None and (seen.state, seen.nodes) == (BackendJobState.RUNNING, (("node6", 2),))
+        seen = wait_for(
+            lambda: job_of(backend, "blocked"),
+            lambda j: j is not None and j.state is BackendJobState.PENDING,
+            "the start timeout",
+        )
+        assert seen is not None and seen.external_id == slurm_id and not seen.held
+        assert "released onto node6" in seen.reason and "Slurm has not started it (Resources" in seen.reason
+        assert "settings.start_timeout_s=4" in seen.reason
+        # What the loop then does: hold it, so that Slurm never starts it there by itself.
+        backend.preempt("blocked")
+        held = job_of(backend, "blocked")
+        assert held is not None and (held.state, held.held) == (BackendJobState.PENDING, True)
+    finally:
+        for row in slurm_jobs_named(foreign):
+            slurm("scancel", row["id"])
 
 
 @pytest.mark.slurm
