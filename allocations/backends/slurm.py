@@ -573,6 +573,9 @@ class SlurmBackend(ClusterBackend):
         super().__init__(settings)
         self.config = validate_settings(settings)
         self.prefix: str = self.config["job_name_prefix"]
+        # The ``squeue --json`` that ``list_nodes`` read, handed to the ``list_jobs`` right
+        # after it (the loop's sync calls them in a row) instead of a second read.
+        self._squeue: dict[str, Any] | None = None
 
     # 1. Running commands ---------------------------------------------------------------------
 
@@ -594,6 +597,8 @@ class SlurmBackend(ClusterBackend):
         Raises TransientBackendError when slurmctld cannot be reached or the command times
         out, PermanentBackendError (with Slurm's message) when it refuses the request.
         """
+        if command not in ("sinfo", "squeue"):
+            self._squeue = None  # a change: what squeue said before it is stale
         argv = self.argv(command, *args)
         timeout = float(self.config["timeout_s"])
         try:
@@ -657,7 +662,8 @@ class SlurmBackend(ClusterBackend):
             return [r for r in raws if not wanted or wanted & set(r.get("partitions") or [])]
 
         first = read()
-        held = held_gpus(self._json("squeue"))
+        self._squeue = self._json("squeue")
+        held = held_gpus(self._squeue)
         leaks = {str(r.get("name")): leaked_gpus(r, held) for r in first}
         if any(leaks.values()):
             again = read()
@@ -733,10 +739,13 @@ class SlurmBackend(ClusterBackend):
 
     # 3. Jobs -------------------------------------------------------------------------------------
 
-    def _copies(self) -> dict[str, list[SlurmJob]]:
-        """gpugov's jobs known to slurmctld, by gpugov job id, oldest Slurm job first."""
+    def _copies(self, reuse: bool = False) -> dict[str, list[SlurmJob]]:
+        """gpugov's jobs known to slurmctld, by gpugov job id, oldest Slurm job first; with
+        ``reuse``, from the ``squeue`` that ``list_nodes`` read just before, if any."""
+        document = (self._squeue if reuse else None) or self._json("squeue")
+        self._squeue = None
         copies: dict[str, list[SlurmJob]] = {}
-        for job in parse_squeue_json(self._json("squeue"), self.prefix):
+        for job in parse_squeue_json(document, self.prefix):
             if job.name.startswith(self.prefix) and len(job.name) > len(self.prefix):
                 copies.setdefault(job.name[len(self.prefix) :], []).append(job)
         for jobs in copies.values():
@@ -746,7 +755,7 @@ class SlurmBackend(ClusterBackend):
     def list_jobs(self) -> list[BackendJob]:
         """One entry per gpugov job: its newest live copy, else its newest ended one."""
         result = []
-        for job_id, jobs in sorted(self._copies().items()):
+        for job_id, jobs in sorted(self._copies(reuse=True).items()):
             seen = backend_job(job_id, _current(jobs), time.time(), float(self.config["start_timeout_s"]))
             if seen.held and any(_runnable(copy) for copy in jobs):
                 # An older copy (left by a crash inside ``start``) could still start by itself.

@@ -511,6 +511,33 @@ def test_lists_the_local_nodes_with_instance_types_gpus_and_states(slurm_backend
 
 
 @pytest.mark.slurm
+def test_the_loops_sync_reads_squeue_once_for_nodes_and_jobs(
+    slurm_backend: SlurmBackend, tmp_path: Path
+) -> None:
+    """list_nodes reads squeue (for leaked GPUs); the list_jobs right after it uses that read."""
+    log = tmp_path / "commands"
+    wrapper = tmp_path / "logged"
+    wrapper.write_text(f'#!/bin/sh\necho "$1" >> {log}\nexec "$@"\n')
+    wrapper.chmod(0o755)
+    backend = SlurmBackend({**slurm_backend.config, "command_prefix": [str(wrapper)]})
+
+    def commands() -> list[str]:
+        done = log.read_text().split() if log.exists() else []
+        log.write_text("")
+        return done
+
+    assert {n.name for n in backend.list_nodes()} >= {"node1", "node6"}
+    backend.list_jobs()
+    assert commands() == ["sinfo", "squeue"]
+    backend.list_jobs()  # not right after list_nodes: a fresh read
+    assert commands() == ["squeue"]
+    backend.list_nodes()
+    backend.cancel("nothing")  # any call in between makes the read stale (this one reads its own)
+    backend.list_jobs()
+    assert commands() == ["sinfo", "squeue", "squeue", "squeue"]
+
+
+@pytest.mark.slurm
 def test_hostlist_expansion_agrees_with_scontrol(slurm_cluster: None) -> None:
     for expression in ("node[1-3,5]", "gpu-a[008-011],x1", "r[1-2]n[01-02]"):
         assert expand_hostlist(expression) == slurm("scontrol", "show", "hostnames", expression).split()
