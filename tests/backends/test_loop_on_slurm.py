@@ -252,6 +252,52 @@ def test_a_victim_slurm_will_not_requeue_keeps_its_nodes_and_its_preemptor_waits
     assert str(waiting.pk) not in slurm_states(prefix)  # never submitted to Slurm
 
 
+def test_a_preemptor_placed_elsewhere_waits_when_its_victim_cannot_be_preempted(
+    prefix: str, slurm_cluster: None
+) -> None:
+    """An in-team preemption frees quota, not nodes: the preemptor goes to an empty node while
+    its victim runs on another. When Slurm refuses the preemption, starting the preemptor
+    anyway would put its team over quota; it waits for the next cycle instead."""
+    f.make_cluster(
+        backend_kind="slurm",
+        backend_settings={
+            "job_name_prefix": prefix,
+            "partition": "gpu",
+            "output": "/dev/null",
+            "extra_sbatch_args": ["--no-requeue"],  # Slurm refuses every `scontrol requeuehold`
+        },
+    )
+    kind = f.make_instance_type(P5, 8)
+    f.make_priority_classes()
+    team_a = f.make_team("team-a", {kind: 8}, sharing="lend")  # never borrows
+    team_b = f.make_team("team-b", {kind: 24})
+    other = submit(team_b, gpus=4)
+    assert cycle().started == 1
+    low = submit(team_a, gpus=4, priority="experimentation")
+    assert cycle().started == 1
+    low.refresh_from_db()
+    other.refresh_from_db()
+    # Best fit: both on node1, so the 8-GPU preemptor goes to an empty node.
+    assert low.nodes == other.nodes == [["node1", 4]], (low.nodes, other.nodes)
+    wait_for(
+        lambda: slurm_states(prefix),
+        lambda states: sum(s.startswith("RUNNING") for s in states.values()) == 2,
+        "both jobs running in Slurm",
+    )
+
+    high = submit(team_a, gpus=8, priority="inference")  # 4 + 8 > 8: preempts its own low job
+    run = run_allocation_cycle(trigger="slurm-test")
+
+    assert run is not None and not run.ok
+    assert f"preempt job {low.pk}" in run.errors, run.errors
+    assert f"start job {high.pk}: not started, a job it was to preempt could not be preempted" in run.errors
+    assert (run.started, run.preempted) == (0, 0)
+    low.refresh_from_db()
+    high.refresh_from_db()
+    assert (low.state, high.state) == ("running", "pending")
+    assert str(high.pk) not in slurm_states(prefix)  # never submitted to Slurm
+
+
 def test_a_copy_slurm_could_start_by_itself_is_held_while_gpugov_has_the_job_pending(
     prefix: str, governed: dict[str, Team], drained_node4: str
 ) -> None:
