@@ -21,7 +21,7 @@ migrate: setup
 	$(PY) manage.py migrate --no-input
 
 demo: migrate
-	$(PY) manage.py load_demo
+	$(PY) manage.py load_demo --history-days 14
 
 run: demo
 	$(PY) scripts/run_dev.py --host $(HOST) --port $(PORT)

@@ -119,3 +119,29 @@ def test_rerun_keeps_an_administrators_changes_and_fills_in_what_is_missing():
     assert Team.objects.get(name="vision").fair_share_weight == 77
     assert Node.objects.filter(name="g5-024").exists()
     assert Node.objects.count() == 64
+
+
+def test_history_days_give_a_fresh_demo_a_past_once_and_never_overwrite_one():
+    from allocations.models import CapacityMinute, CapacityRollup
+
+    out = StringIO()
+    call_command("load_demo", "--history-days", "1", stdout=out)
+    assert "backfilled 1 days" in out.getvalue()
+    minutes = CapacityMinute.objects.count()
+    assert minutes > 0 and CapacityRollup.objects.exists()
+    assert Job.objects.filter(name__startswith="backfill-", state="finished").exists()
+    last = CapacityMinute.objects.order_by("-minute").values_list("pk", flat=True).first()
+
+    out = StringIO()
+    call_command("load_demo", "--history-days", "1", stdout=out)
+    assert "has a capacity history already: no synthetic history written" in out.getvalue()
+    assert CapacityMinute.objects.count() == minutes
+    assert CapacityMinute.objects.order_by("-minute").values_list("pk", flat=True).first() == last
+
+
+def test_history_days_out_of_range_are_refused_naming_the_option():
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="--history-days: expected 0 to 3650 days, got -1"):
+        call_command("load_demo", "--history-days", "-1", stdout=StringIO())
+    assert not Cluster.objects.exists()

@@ -3,6 +3,11 @@
 Idempotent: a second run finds every object by its name and creates nothing twice; what an
 administrator changed since (a quota, a node's state) is kept. The admin's generated password
 is printed once, by the run that creates the account.
+
+``--history-days N`` (``make run`` gives 14) also writes N days of synthetic past
+(``backfill_demo_history``) while the cluster has no capacity history at all, so that the
+dashboards, the weekly reports and the what-if lab have a past to show from the first minute;
+once the cluster has a history of its own, nothing of it is replaced.
 """
 
 from __future__ import annotations
@@ -12,10 +17,21 @@ from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from allocations.models import Cluster, ClusterPolicy, InstanceType, Membership, Node, PriorityClass, Team
+from allocations.models import (
+    CapacityMinute,
+    CapacityRollup,
+    Cluster,
+    ClusterPolicy,
+    InstanceType,
+    Membership,
+    Node,
+    PriorityClass,
+    Team,
+)
 from allocations.services import policy
 
 CLUSTER = {
@@ -111,7 +127,18 @@ TEAM_USERS = [("lead", "team-admin"), ("dev", "member")]
 class Command(BaseCommand):
     help = "Load a demo cluster (3 instance types, 64 nodes, 6 teams, users); safe to run again."
 
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--history-days",
+            type=int,
+            default=0,
+            help="Also write this many days of synthetic history while the cluster has none (default 0)",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
+        days = options["history_days"]
+        if not 0 <= days <= 3650:
+            raise CommandError(f"--history-days: expected 0 to 3650 days, got {days}")
         self.created: list[str] = []
         with transaction.atomic():
             self._cluster()
@@ -134,6 +161,11 @@ class Command(BaseCommand):
             self.stdout.write("It is shown only this once.")
         else:
             self.stdout.write("User 'admin' exists; to reset its password: manage.py changepassword admin")
+        if days:
+            if CapacityMinute.objects.exists() or CapacityRollup.objects.exists():
+                self.stdout.write("The cluster has a capacity history already: no synthetic history written.")
+            else:
+                call_command("backfill_demo_history", days=days, stdout=self.stdout, stderr=self.stderr)
 
     def _count(self, what: str, number: int) -> None:
         if number:
