@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from django.utils import timezone
 
-from allocations.models import Cluster, CycleRun, Job, JobEvent, Node, Team
+from allocations.models import Cluster, CycleRun, InstanceType, Job, JobEvent, Node, Team
 from allocations.services.loop import run_allocation_cycle
 from tests import factories as f
 from tests.backends.conftest import slurm, slurm_answers, wait_for
@@ -211,24 +211,29 @@ def _gpus_per_node() -> dict[str, int]:
     return used
 
 
-def test_a_victim_slurm_will_not_requeue_keeps_its_nodes_and_its_preemptor_waits(
-    prefix: str, slurm_cluster: None
-) -> None:
-    """A preemption the backend refuses leaves the victim running on its nodes: its preemptor
-    is not started there (it would wait in Slurm while the database counted both, a node
-    holding more GPUs than it has); the next cycle plans again from what really runs."""
+def no_requeue_cluster(prefix: str) -> InstanceType:
+    """A Slurm cluster whose jobs are submitted with ``--no-requeue``: Slurm then refuses
+    `scontrol requeuehold`, a real refusal of every preemption. Returns its instance type."""
     f.make_cluster(
         backend_kind="slurm",
         backend_settings={
             "job_name_prefix": prefix,
             "partition": "gpu",
             "output": "/dev/null",
-            # Slurm then refuses `scontrol requeuehold`: a real refusal of every preemption.
             "extra_sbatch_args": ["--no-requeue"],
         },
     )
-    kind = f.make_instance_type(P5, 8)
     f.make_priority_classes()
+    return f.make_instance_type(P5, 8)
+
+
+def test_a_victim_slurm_will_not_requeue_keeps_its_nodes_and_its_preemptor_waits(
+    prefix: str, slurm_cluster: None
+) -> None:
+    """A preemption the backend refuses leaves the victim running on its nodes: its preemptor
+    is not started there (it would wait in Slurm while the database counted both, a node
+    holding more GPUs than it has); the next cycle plans again from what really runs."""
+    kind = no_requeue_cluster(prefix)
     team_a, team_b = f.make_team("team-a", {kind: 16}), f.make_team("team-b", {kind: 16})
     a_jobs = [submit(team_a) for _ in range(3)]  # 24 GPUs: 8 borrowed from team-b
     assert cycle().started == 3
@@ -258,17 +263,7 @@ def test_a_preemptor_placed_elsewhere_waits_when_its_victim_cannot_be_preempted(
     """An in-team preemption frees quota, not nodes: the preemptor goes to an empty node while
     its victim runs on another. When Slurm refuses the preemption, starting the preemptor
     anyway would put its team over quota; it waits for the next cycle instead."""
-    f.make_cluster(
-        backend_kind="slurm",
-        backend_settings={
-            "job_name_prefix": prefix,
-            "partition": "gpu",
-            "output": "/dev/null",
-            "extra_sbatch_args": ["--no-requeue"],  # Slurm refuses every `scontrol requeuehold`
-        },
-    )
-    kind = f.make_instance_type(P5, 8)
-    f.make_priority_classes()
+    kind = no_requeue_cluster(prefix)
     team_a = f.make_team("team-a", {kind: 8}, sharing="lend")  # never borrows
     team_b = f.make_team("team-b", {kind: 24})
     other = submit(team_b, gpus=4)
