@@ -279,7 +279,12 @@ def _sync_jobs(backend: ClusterBackend, now: datetime, changes: _Changes, start_
                     job.external_id = seen.external_id
                     changes.touch(job, "external_id")
             elif seen.state == BackendJobState.PENDING:
-                _requeue(changes, job, now, "lost", "the backend holds it as pending")
+                why = (
+                    f"the backend holds it as pending ({seen.reason})"
+                    if seen.reason
+                    else "the backend holds it as pending"
+                )
+                _requeue(changes, job, now, "lost", why)
                 changes.correct(f"job {pk} is held as pending by the backend: requeued")
                 _hold(backend, seen, changes)
             else:

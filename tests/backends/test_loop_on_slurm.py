@@ -368,3 +368,39 @@ def test_a_copy_slurm_could_start_by_itself_is_held_while_gpugov_has_the_job_pen
         for j, s in slurm_states(prefix).items()
         if j in {str(back.pk), str(waiting.pk)}
     )
+
+
+def test_a_job_slurm_never_starts_where_it_was_placed_is_requeued_saying_why(
+    prefix: str, governed: dict[str, Team]
+) -> None:
+    """A job of another Slurm user holds node1's GPUs; gpugov does not see it and places a job
+    there. Slurm keeps that job waiting; after ``start_timeout_s`` the loop takes it back, with
+    an event that says where and how long it waited, and places it again as a fresh copy."""
+    Cluster.objects.filter(pk=1).update(
+        backend_settings={**Cluster.objects.get().backend_settings, "start_timeout_s": 3}
+    )
+    foreign = f"{prefix}outside"  # not a gpugov job name: no digits after the prefix
+    slurm("sbatch", "-J", foreign, "-p", "gpu", "-w", "node1", "-N", "1", "--gres=gpu:8", "-o", "/dev/null",
+          "--wrap", "sleep 120")  # fmt: skip
+    wait_for(
+        lambda: slurm_states(prefix).get("outside", ""), lambda s: s.startswith("RUNNING"), "the outsider"
+    )
+    job = submit(governed["team-a"])
+    assert cycle().started == 1
+    job.refresh_from_db()
+    assert (job.state, job.nodes) == ("running", [["node1", 8]])
+
+    def requeued() -> bool:
+        cycle()
+        return JobEvent.objects.filter(job=job, kind="requeued").exists()
+
+    wait_for(requeued, bool, "the job to be taken back after the start timeout")
+    event = JobEvent.objects.get(job=job, kind="requeued")
+    assert "released onto node1" in event.message and "Slurm has not started it (Resources" in event.message
+    assert "settings.start_timeout_s=3" in event.message
+    # The same cycle placed it again (on node1: gpugov still cannot see the outsider), as a
+    # fresh copy; the one that waited is gone.
+    assert JobEvent.objects.filter(job=job, kind="started").count() == 2
+    copies = [row for row in slurm("squeue", "-h", "-t", "all", "-o", "%j|%T").splitlines()
+              if row.startswith(f"{prefix}{job.pk}|")]  # fmt: skip
+    assert sorted(copies) == [f"{prefix}{job.pk}|CANCELLED", f"{prefix}{job.pk}|PENDING"], copies
