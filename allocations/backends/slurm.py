@@ -301,16 +301,20 @@ HOLDING_STATES = frozenset(
 
 def held_gpus(squeue: Mapping[str, Any]) -> dict[str, int | None]:
     """GPUs held on each node by the jobs of ``squeue --json`` (every user's); ``None`` for a
-    node where a job holds GPUs this cannot count (asked per job or per task, or unreadable)."""
+    node where a job holds GPUs this cannot count (asked per job or per task, or unreadable).
+    A job holding nodes that cannot be read makes the whole answer empty: nothing is judged."""
     held: dict[str, int | None] = {}
     for raw in squeue.get("jobs", []):
         if not isinstance(raw, Mapping) or _first_state(raw.get("job_state")) not in HOLDING_STATES:
             continue
         try:
             nodes = expand_hostlist(str(raw.get("nodes") or ""))
+        except ValueError:
+            return {}
+        try:
             per_node: int | None = gres_gpus(str(raw.get("tres_per_node") or ""))
         except ValueError:
-            nodes, per_node = [], None
+            per_node = None
         elsewhere = " ".join(
             str(raw.get(k) or "") for k in ("tres_per_job", "tres_per_task", "tres_per_socket")
         )

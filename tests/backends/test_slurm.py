@@ -316,6 +316,11 @@ def test_gpus_asked_per_job_or_task_are_not_counted_as_leaked() -> None:
     )
     assert held_gpus(document) == {"node1": None}
     assert leaked_gpus(BUSY_NODE, held_gpus(document)) == 0
+    # A GPU count or a node list that cannot be read: that node, or every node, is not judged.
+    odd = squeue_holding(("RUNNING", "node1", "gres:gpu:h100:x:y"))
+    assert held_gpus(odd) == {"node1": None} and leaked_gpus(BUSY_NODE, held_gpus(odd)) == 0
+    unreadable = squeue_holding(("RUNNING", "node1", "gres:gpu:4"), ("RUNNING", "node[1-", "gres:gpu:4"))
+    assert held_gpus(unreadable) == {} and leaked_gpus(BUSY_NODE, held_gpus(unreadable)) == 0
     # Without squeue's word only a node where no job holds a CPU is judged.
     assert leaked_gpus(BUSY_NODE, {}) == 0
     assert leaked_gpus({**BUSY_NODE, "alloc_cpus": 0}, {}) == 8
