@@ -11,7 +11,11 @@ between borrowers by fair-share weight up to their borrow limits; the engine's o
    samples, then rolled up by ``services.history`` (so hours are the sums of their minutes).
 2. Older days are stepped every ``--old-step`` minutes and written directly as hour rollups
    (each step stands for its minutes), then rolled up into days.
-3. Finished jobs are written too (``backfill-`` names), so the wait-time charts have data.
+3. Finished jobs are written too (``backfill-`` names). In the minute window they are the
+   demand itself: each team's wanted GPUs on a type are jobs of its size, submitted as the
+   demand rises, started first come first served as its allocation allows, each running 10
+   minutes to 6 hours; so the wait-time charts and a what-if replay of that window see the
+   load the capacity history shows. Before the window, a sample of jobs for the wait charts.
 Running it again replaces the history of the period (and the earlier ``backfill-`` jobs).
 """
 
@@ -38,6 +42,7 @@ from allocations.models import (
     CapacityRollup,
     InstanceType,
     Job,
+    PriorityClass,
     Team,
     TeamUsageMinute,
     TeamUsageRollup,
@@ -85,6 +90,17 @@ def insert_rows(model: type[models.Model], columns: list[str], rows: list[tuple[
     with connection.cursor() as cursor:
         for i in range(0, len(rows), 10000):
             cursor.executemany(sql, rows[i : i + 10000])
+
+
+@dataclass(slots=True)
+class DemandJob:
+    """One job of the synthetic demand: submitted, started (None while it waits), its run."""
+
+    submit: float
+    gpus: int
+    run_s: float
+    priority_id: int | None
+    start: float | None = None
 
 
 @dataclass
@@ -224,6 +240,14 @@ class Workload:
                 self.demand[(team.name, name)] = Demand(base, rng.uniform(-3, 3), job_gpus=rng.choice(sizes))
         self.previous_borrowed: dict[tuple[str, str], int] = defaultdict(int)
         self.busy: list[tuple[float, str, str, float, int]] = []  # (t, team, type, pending, used)
+        # The demand as jobs (minute window only), with a generator of its own so that the
+        # capacity history is the same with or without them.
+        self.tracking = False
+        self.job_rng = random.Random(rng.random())
+        self.open: dict[tuple[str, str], list[DemandJob]] = defaultdict(list)
+        self.type_running: dict[str, int] = defaultdict(int)  # GPUs the demand's jobs hold
+        self.done: list[tuple[tuple[str, str], DemandJob]] = []
+        self.priority_ids = list(PriorityClass.objects.order_by("-weight").values_list("id", flat=True))
 
     def step(self, t: float, step_minutes: int) -> tuple[Any, dict[tuple[str, str], dict[str, int]]]:
         """One moment: the accounting and the preemptions since the previous step."""
@@ -274,8 +298,10 @@ class Workload:
                 if counts:
                     preempted[key] = counts
                 self.previous_borrowed[key] = borrowed
-                if self.rng.random() < 0.003 * step_minutes:
+                if self.rng.random() < 0.003 * step_minutes and not self.tracking:
                     self.busy.append((t, team_name, name, waiting / max(1, u + waiting), d.job_gpus))
+                if self.tracking:
+                    self._track(key, t, want, u, d.job_gpus)
         accounting = account(
             instance_types=self.types,
             capacity=self.capacity,
@@ -285,6 +311,36 @@ class Workload:
             pending=pending,
         )
         return accounting, preempted
+
+    def _track(self, key: tuple[str, str], t: float, want: int, used: int, gpus: int) -> None:
+        """The demand of one team on one type at ``t`` as jobs: ended ones leave, new ones come
+        while the jobs fall short of ``want``, and waiting ones start in submit order while the
+        allocation ``used`` and the type's capacity have room. A running job runs to its end:
+        when the allocation dips (its minute-to-minute noise), the team's jobs hold a little
+        more than it for a while, never more than the capacity."""
+        rng = self.job_rng
+        name = key[1]
+        kept = []
+        for job in self.open[key]:
+            if job.start is not None and job.start + job.run_s <= t:
+                self.done.append((key, job))
+                self.type_running[name] -= job.gpus
+            else:
+                kept.append(job)
+        total = sum(job.gpus for job in kept)
+        while total < want:
+            priority = rng.choice(self.priority_ids) if self.priority_ids else None
+            kept.append(DemandJob(t - rng.uniform(0, 60), gpus, rng.uniform(600, 6 * 3600), priority))
+            total += gpus
+        busy = sum(job.gpus for job in kept if job.start is not None)
+        room = self.capacity[name] - self.type_running[name]
+        for job in kept:
+            if job.start is None and busy + job.gpus <= used and job.gpus <= room:
+                job.start = t
+                busy += job.gpus
+                room -= job.gpus
+                self.type_running[name] += job.gpus
+        self.open[key] = kept
 
     def _team_values(self, row: Any, preempted: dict[tuple[str, str], dict[str, int]]) -> dict[str, Any]:
         d = self.demand.get((row.team, row.instance_type))
@@ -317,6 +373,7 @@ class Workload:
 
     def minute_samples(self, start: datetime, end: datetime) -> int:
         """Step every minute of [start, end] and write minute samples; returns rows written."""
+        self.tracking = True
         team_rows: list[tuple[Any, ...]] = []
         capacity_rows: list[tuple[Any, ...]] = []
         minute = start
@@ -391,11 +448,13 @@ class Workload:
         return len(team_rows) + len(capacity_rows)
 
     def write_jobs(self) -> int:
-        """Finished jobs at the moments sampled while stepping; the busier the team's type was
-        (pending / demand), the longer the wait."""
+        """The finished jobs: the demand's jobs of the minute window (``_track``), and before
+        it, jobs at the moments sampled while stepping (the busier the team's type was, pending
+        over demand, the longer the wait)."""
+        tz = timezone.get_current_timezone()
         jobs = []
         for i, (t, team, name, busy, gpus) in enumerate(self.busy):
-            started = datetime.fromtimestamp(t, tz=timezone.get_current_timezone())
+            started = datetime.fromtimestamp(t, tz=tz)
             wait = self.rng.expovariate(1 / (30 + 4 * 3600 * busy**2))
             jobs.append(
                 Job(
@@ -407,6 +466,21 @@ class Workload:
                     submitted_at=started - timedelta(seconds=wait),
                     started_at=started,
                     finished_at=min(self.now, started + timedelta(seconds=self.rng.uniform(600, 6 * 3600))),
+                )
+            )
+        for i, ((team, name), job) in enumerate(self.done, start=len(jobs)):
+            assert job.start is not None
+            jobs.append(
+                Job(
+                    team_id=self.team_ids[team],
+                    instance_type_id=self.type_ids[name],
+                    name=f"{JOB_PREFIX}{team}-{i}",
+                    gpus=job.gpus,
+                    priority_class_id=job.priority_id,
+                    state=JobState.FINISHED,
+                    submitted_at=datetime.fromtimestamp(job.submit, tz=tz),
+                    started_at=datetime.fromtimestamp(job.start, tz=tz),
+                    finished_at=datetime.fromtimestamp(job.start + job.run_s, tz=tz),
                 )
             )
         Job.objects.bulk_create(jobs, batch_size=5000)
