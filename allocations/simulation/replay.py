@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from itertools import chain
 
@@ -239,17 +239,19 @@ class Replay:
             self.removed[id(job)] = job
 
     def _place_initial(self) -> None:
-        """Jobs with ``running_since`` are running at 0: place them best fit (the fullest
-        nodes that still have room; whole empty nodes for multi-node jobs), oldest first."""
+        """Jobs with ``running_since`` are running at 0: placed by ``initial_placement``."""
         initial = sorted(
             (r for r in self.runs if r.spec.running_since is not None),
             key=lambda r: (r.spec.running_since, r.spec.seq),
         )
+        places = initial_placement(
+            [(n.name, n.instance_type, n.gpus) for n in self.scenario.nodes],
+            [(r.spec.instance_type, r.spec.gpus) for r in initial],
+        )
         errors = []
-        for run in initial:
+        for run, nodes in zip(initial, places, strict=True):
             spec = run.spec
             run.job = run.pending_job()
-            nodes = self._best_fit(spec.instance_type, spec.gpus)
             if nodes is None:
                 errors.append(
                     f"{spec.path}.running_since: no room for job {spec.id!r} ({spec.gpus} GPUs of "
@@ -260,24 +262,6 @@ class Replay:
             self._start(run, nodes, spec.running_since, initial=True)
         if errors:
             raise ScenarioError(errors)
-
-    def _best_fit(self, instance_type: str, gpus: int) -> tuple[tuple[str, int], ...] | None:
-        candidates = [
-            n for n in self.scenario.nodes if n.instance_type == instance_type and self.ready[n.name]
-        ]
-        if not candidates:
-            return None
-        per_node = candidates[0].gpus
-        if gpus <= per_node:
-            roomy = [n for n in candidates if n.gpus - self.node_used[n.name] >= gpus]
-            if not roomy:
-                return None
-            best = min(roomy, key=lambda n: (n.gpus - self.node_used[n.name], self.node_order[n.name]))
-            return ((best.name, gpus),)
-        empty = [n for n in candidates if self.node_used[n.name] == 0][: gpus // per_node]
-        if len(empty) * per_node < gpus:
-            return None
-        return tuple((n.name, per_node) for n in empty)
 
     # ------------------------------------------------------------------------------------
     # What happens at one time
@@ -643,3 +627,35 @@ def replay(
 ) -> Result:
     """Replay ``scenario`` through ``allocate`` (the engine's by default) and report."""
     return Replay(scenario, until=until, allocate=allocate, progress=progress).run()
+
+
+def initial_placement(
+    nodes: Sequence[tuple[str, str, int]], jobs: Sequence[tuple[str, int]]
+) -> list[tuple[tuple[str, int], ...] | None]:
+    """Where the jobs running at 0 go, in the order given (oldest run first): a job of at most a
+    node's GPUs on the fullest node of its type that still has room (the first such node on a
+    tie), a larger one on whole empty nodes in node order; None for a job with no room.
+    ``nodes``: (name, instance type, GPUs); ``jobs``: (instance type, GPUs)."""
+    used = {name: 0 for name, _, _ in nodes}
+    of_type: dict[str, list[tuple[str, int]]] = {}
+    for name, instance_type, gpus in nodes:
+        of_type.setdefault(instance_type, []).append((name, gpus))
+    places: list[tuple[tuple[str, int], ...] | None] = []
+    for instance_type, gpus in jobs:
+        candidates = of_type.get(instance_type, [])
+        place: tuple[tuple[str, int], ...] | None = None
+        if candidates:
+            per_node = candidates[0][1]
+            if gpus <= per_node:
+                roomy = [(size - used[name], i, name) for i, (name, size) in enumerate(candidates)]
+                fits = [entry for entry in roomy if entry[0] >= gpus]
+                if fits:
+                    place = ((min(fits)[2], gpus),)
+            else:
+                empty = [name for name, _ in candidates if used[name] == 0][: gpus // per_node]
+                if len(empty) * per_node >= gpus:
+                    place = tuple((name, per_node) for name in empty)
+        for name, share in place or ():
+            used[name] += share
+        places.append(place)
+    return places

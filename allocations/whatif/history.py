@@ -28,6 +28,7 @@ from django.db.models import Q
 
 from allocations.choices import JobState, NodeState
 from allocations.models import AuditEntry, Job, Node
+from allocations.simulation.replay import initial_placement
 
 # Seconds in a scenario are kept to the millisecond: exact enough, and short in the YAML.
 DIGITS = 3
@@ -42,12 +43,22 @@ class HistoryScenario:
     data: dict[str, Any]
     skipped: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)
+    # Replayed otherwise than they ran, and why (the same shape as ``skipped``/``examples``).
+    adjusted: dict[str, int] = field(default_factory=dict)
+    adjusted_examples: dict[str, list[str]] = field(default_factory=dict)
 
     def skip(self, reason: str, example: str) -> None:
-        self.skipped[reason] = self.skipped.get(reason, 0) + 1
-        shown = self.examples.setdefault(reason, [])
-        if len(shown) < 3:
-            shown.append(example)
+        _note(self.skipped, self.examples, reason, example)
+
+    def adjust(self, reason: str, example: str) -> None:
+        _note(self.adjusted, self.adjusted_examples, reason, example)
+
+
+def _note(counts: dict[str, int], examples: dict[str, list[str]], reason: str, example: str) -> None:
+    counts[reason] = counts.get(reason, 0) + 1
+    shown = examples.setdefault(reason, [])
+    if len(shown) < 3:
+        shown.append(example)
 
 
 def _seconds(moment: datetime, start: datetime, step: int = 0) -> float:
@@ -126,6 +137,7 @@ def build(start: datetime, end: datetime, *, step: int = 0) -> HistoryScenario:
             if cancelled < end:
                 events.append({"at": max(0.0, _seconds(cancelled, start, step)), "cancel": job["id"]})
     events.sort(key=lambda e: e["at"])  # stable: node events before cancels of the same time
+    _fit_running(nodes, jobs, out)
 
     out.data = {
         "cluster": {"nodes": nodes},
@@ -135,6 +147,28 @@ def build(start: datetime, end: datetime, *, step: int = 0) -> HistoryScenario:
         "options": {"keep_unfit": True},
     }
     return out
+
+
+def _fit_running(nodes: list[dict[str, Any]], jobs: list[dict[str, Any]], out: HistoryScenario) -> None:
+    """Jobs running when the window opened are placed on today's nodes as the replay places
+    them (``initial_placement``). One that finds no room there (nodes removed since, or the
+    replay packing them otherwise than they ran) waits from its submission instead of making
+    the window impossible to replay; each is noted."""
+    running = sorted(
+        (job["running_since"], i) for i, job in enumerate(jobs) if job.get("running_since") is not None
+    )
+    places = initial_placement(
+        [(n["name"], n["instance_type"], n["gpus"]) for n in nodes],
+        [(jobs[i]["instance_type"], jobs[i]["gpus"]) for _, i in running],
+    )
+    for (_, i), place in zip(running, places, strict=True):
+        if place is None:
+            job = jobs[i]
+            del job["running_since"]
+            out.adjust(
+                "running when the window opened, with no room on today's nodes: replayed waiting from its submission",
+                f"job {job['id']} ({job['gpus']} GPUs of {job['instance_type']})",
+            )
 
 
 def _job(

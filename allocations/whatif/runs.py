@@ -184,11 +184,15 @@ def _replay_all(run_id: int) -> dict[str, Any]:
     if run.scenario:
         history_data = unpack(run.scenario)
         skipped: dict[str, Any] = run.results.get("skipped", {})
+        adjusted: dict[str, Any] = run.results.get("adjusted", {})
     else:
         built = history.build(run.window_start, run.window_end, step=run.time_step)
         history_data = built.data
         skipped = {"counts": built.skipped, "examples": built.examples}
-        WhatIfRun.objects.filter(pk=run_id).update(scenario=pack(history_data), results={"skipped": skipped})
+        adjusted = {"counts": built.adjusted, "examples": built.adjusted_examples}
+        WhatIfRun.objects.filter(pk=run_id).update(
+            scenario=pack(history_data), results={"skipped": skipped, "adjusted": adjusted}
+        )
     prices = {
         name: float(price) for name, price in InstanceType.objects.values_list("name", "price_per_gpu_hour")
     }
@@ -217,6 +221,7 @@ def _replay_all(run_id: int) -> dict[str, Any]:
     ]
     return {
         "skipped": skipped,
+        "adjusted": adjusted,
         "jobs": len(history_data["jobs"]),
         "nodes": len(history_data["cluster"]["nodes"]),
         "node_events": sum(1 for e in history_data["events"] if "cancel" not in e),

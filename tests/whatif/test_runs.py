@@ -4,6 +4,7 @@ simulate`` on the run's exported scenario."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -239,3 +240,58 @@ def test_a_run_taken_for_stalled_is_not_overwritten_when_its_worker_comes_back(w
     run.refresh_from_db()
     assert run.state == WhatIfRunState.FAILED and "worker running this what-if run stopped" in run.error
     assert "policies" not in run.results
+
+
+def test_jobs_running_at_the_window_start_that_todays_nodes_cannot_hold_wait_instead(week, tmp_path: Path):
+    """Three 8-GPU jobs ran across the window's start, and today's cluster has two 8-GPU nodes
+    (a node removed since, say): the run replays the third as waiting from its submission
+    (without it the window could not be replayed at all), says so on the run, and the exported
+    scenario gives the same figures under ``manage.py simulate``."""
+    from allocations.choices import JobState
+    from allocations.models import Job
+    from tests import factories as f
+
+    personas = week.personas
+    across = [
+        f.make_job(
+            personas.team,
+            personas.instance_type,
+            8,
+            submitted_at=week.start - timedelta(hours=3 - i),
+            started_at=week.start - timedelta(hours=2 - i / 2),
+            finished_at=week.start + timedelta(hours=1),
+            state=JobState.FINISHED,
+        )
+        for i in range(3)
+    ]
+    built = history.build(week.start, week.end)
+    jobs = {j["id"]: j for j in built.data["jobs"]}
+    assert [("running_since" in jobs[str(j.pk)]) for j in across] == [True, True, False]
+    reason = (
+        "running when the window opened, with no room on today's nodes: replayed waiting from its submission"
+    )
+    assert built.adjusted == {reason: 1}
+    assert built.adjusted_examples[reason] == [f"job {across[2].pk} (8 GPUs of ml.p5.48xlarge)"]
+
+    run = run_week(week, lending_draft(personas))
+    assert run.results["adjusted"]["counts"] == {reason: 1}
+    page = personas_client(personas).get(f"/whatif/runs/{run.pk}/").content.decode()
+    assert "Replayed otherwise than they ran: 1 running when the window opened" in page
+    assert Job.objects.filter(pk__in=[j.pk for j in across]).count() == 3  # nothing changed in the history
+    scenario = tmp_path / "whatif.yaml"
+    scenario.write_text(export_yaml(run, "live"))
+    out = tmp_path / "result.json"
+    with open(tmp_path / "summary.txt", "w") as summary:
+        call_command("simulate", str(scenario), "--json", str(out), "--no-progress", stdout=summary)
+    simulated = json.loads(out.read_text())
+    assert {k: by_key(run)["live"]["cluster"][k] for k in simulated["cluster"]} == simulated["cluster"]
+    # It waited for a node: the other two end an hour into the window.
+    assert simulated["jobs"][str(across[2].pk)]["admitted_at"][0] == 3600
+
+
+def personas_client(personas):
+    from django.test import Client
+
+    client = Client()
+    client.force_login(personas.cluster_admin)
+    return client
