@@ -174,7 +174,8 @@ def _fit_running(nodes: list[dict[str, Any]], jobs: list[dict[str, Any]], out: H
 def _job(
     row: dict[str, Any], start: datetime, per_node: dict[str, int], out: HistoryScenario, step: int
 ) -> dict[str, Any] | None:
-    """One Job row as a scenario job, or None (counted in ``skipped``) when it cannot be replayed."""
+    """One Job row as a scenario job, or None: when it cannot be replayed (counted in
+    ``skipped``), or when, on the window's grid, it ended as the window opened."""
     job_id = str(row["pk"])
     type_name = row["instance_type__name"]
     if type_name not in per_node:
@@ -203,6 +204,13 @@ def _job(
     if row["submitted_at"] < start and started is not None and started <= start:
         # Its last run had begun when the window opened (and had not ended before it).
         job["running_since"] = min(0.0, _seconds(started, start, step))
+        if duration is not None and job["running_since"] + duration <= 0:
+            # On the window's grid its run is over by the time the window opens: one that
+            # really ended then has nothing in the window; one whose requested duration was
+            # over but that went on runs until it ends in the window (its cancel) or with it.
+            if row["state"] in (JobState.FINISHED, JobState.FAILED):
+                return None
+            job["duration"] = None
     return job
 
 

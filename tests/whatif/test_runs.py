@@ -295,3 +295,43 @@ def personas_client(personas):
     client = Client()
     client.force_login(personas.cluster_admin)
     return client
+
+
+@pytest.mark.parametrize("step", [0, 60])
+def test_runs_that_end_as_the_window_opens_leave_it_and_overdue_runs_go_on(week, step):
+    """A run that ends at the window's start (or within a step of it, on a grid) is not in the
+    window; one still running past its requested duration runs on in it. Either used to make
+    the window's scenario invalid (a run that would end before the simulation starts)."""
+    from allocations.choices import JobState
+    from allocations.simulation import parse_scenario
+    from tests import factories as f
+
+    personas = week.personas
+
+    def across(end, **fields):
+        return f.make_job(
+            personas.team,
+            personas.instance_type,
+            8,
+            submitted_at=week.start - timedelta(hours=3),
+            started_at=week.start - timedelta(hours=2),
+            finished_at=end,
+            **fields,
+        )
+
+    at_start = across(week.start, state=JobState.FINISHED)
+    just_after = across(week.start + timedelta(seconds=20), state=JobState.FINISHED)
+    overdue = across(None, state=JobState.RUNNING, requested_duration=3600)
+    built = history.build(week.start, week.end, step=step)
+    jobs = {j["id"]: j for j in built.data["jobs"]}
+    assert str(at_start.pk) not in jobs
+    if step:
+        assert str(just_after.pk) not in jobs  # 20 s after the start: gone on a 1-minute grid
+    else:
+        assert jobs[str(just_after.pk)]["running_since"] + jobs[str(just_after.pk)]["duration"] == 20
+    assert jobs[str(overdue.pk)]["running_since"] == -7200 and jobs[str(overdue.pk)]["duration"] is None
+    assert built.skipped == {}
+    policies = [{"key": "live", "name": "live", "body": bodies.live_body()}]
+    from allocations.whatif.runs import scenario_data
+
+    parse_scenario(scenario_data(built.data, policies, "live"), keep_unfit=True)  # valid
