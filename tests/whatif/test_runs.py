@@ -11,11 +11,14 @@ import pytest
 import yaml
 from django.core.management import call_command
 
-from allocations.models import WhatIfRun, WhatIfRunState
+from allocations.choices import JobState
+from allocations.models import Job, WhatIfRun, WhatIfRunState
 from allocations.services import drafts as services
+from allocations.simulation import parse_scenario
 from allocations.whatif import drafts as bodies
 from allocations.whatif import history
-from allocations.whatif.runs import execute, export_yaml
+from allocations.whatif.runs import execute, export_yaml, scenario_data
+from tests import factories as f
 
 
 def lending_draft(personas, name="lend more"):
@@ -247,9 +250,6 @@ def test_jobs_running_at_the_window_start_that_todays_nodes_cannot_hold_wait_ins
     (a node removed since, say): the run replays the third as waiting from its submission
     (without it the window could not be replayed at all), says so on the run, and the exported
     scenario gives the same figures under ``manage.py simulate``."""
-    from allocations.choices import JobState
-    from allocations.models import Job
-    from tests import factories as f
 
     personas = week.personas
     across = [
@@ -302,9 +302,6 @@ def test_runs_that_end_as_the_window_opens_leave_it_and_overdue_runs_go_on(week,
     """A run that ends at the window's start (or within a step of it, on a grid) is not in the
     window; one still running past its requested duration runs on in it. Either used to make
     the window's scenario invalid (a run that would end before the simulation starts)."""
-    from allocations.choices import JobState
-    from allocations.simulation import parse_scenario
-    from tests import factories as f
 
     personas = week.personas
 
@@ -332,6 +329,4 @@ def test_runs_that_end_as_the_window_opens_leave_it_and_overdue_runs_go_on(week,
     assert jobs[str(overdue.pk)]["running_since"] == -7200 and jobs[str(overdue.pk)]["duration"] is None
     assert built.skipped == {}
     policies = [{"key": "live", "name": "live", "body": bodies.live_body()}]
-    from allocations.whatif.runs import scenario_data
-
     parse_scenario(scenario_data(built.data, policies, "live"), keep_unfit=True)  # valid
