@@ -35,6 +35,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, bisect_right, insort
 from itertools import count
+from operator import itemgetter
 from typing import Any
 
 from .placement import NodeShare
@@ -58,6 +59,7 @@ from .snapshot import (
 from .state import (
     CycleState,
     Grouping,
+    GroupSlot,
     JobRecord,
     NeverFitJudge,
     TeamState,
@@ -69,11 +71,17 @@ OrderKey = tuple[int, float, int, str]
 # in the cycle). Ids are unique, so no comparison reaches the job; a 4-tuple order key sorts
 # just before the slot of its own job.
 Slot = tuple[int, float, int, str, "Job | JobRecord"]
+_slot_id = itemgetter(3)
 Key = tuple[Any, ...]
 # Jobs consumed without a test in the current epoch, not yet final: (shape, from, to, reason,
 # the shape's rank when consumed).
 LogEntry = tuple["_Shape", int, int, PendingReason, tuple[int, ...]]
 Ident = tuple[int, str, int, int, bool]  # team index, instance type, GPUs, priority, may look
+# How a shape's job failed, which says what may make its twins succeed (``_carried``): a search
+# that failed (any preemption there, or a share rising); a fair-share search that ended for
+# want of a team with a share as high (GPUs freed there, or a share rising); no search (only
+# GPUs freed there).
+_SEARCHED, _SHARE_BOUND, _NO_SEARCH = 0, 1, 2
 
 
 class _Shape:
@@ -84,8 +92,11 @@ class _Shape:
         "eligible",
         "fail_borrowed",
         "fail_epoch",
+        "fail_free",
+        "fail_kind",
         "fail_pe",
         "fail_reason",
+        "fail_rise",
         "fail_usage",
         "fail_within",
         "gpus",
@@ -116,16 +127,20 @@ class _Shape:
         self.gpus = gpus
         self.eligible = eligible
         self.keys = keys
-        self.ids: list[str] = [k[3] for k in keys]
+        self.ids: list[str] = list(map(_slot_id, keys))
         self.at = 0
         self.team = team
         self.tt = team.per_type[instance_type]
         self.ts = state.types[instance_type]
         self.fail_epoch = -1
         self.fail_reason: PendingReason | None = None
-        # When it failed: its instance type's ``preempt_epoch`` and whether the job would have
-        # ended within its team's quota (``BatchedCycle._carried``).
+        # When it failed: how (``_SEARCHED``, ``_SHARE_BOUND``, ``_NO_SEARCH``), its instance
+        # type's epochs and whether the job would have ended within its team's quota
+        # (``BatchedCycle._carried``).
+        self.fail_kind = _SEARCHED
         self.fail_pe = -1
+        self.fail_free = -1
+        self.fail_rise = -1
         self.fail_within = False
         # Its team's borrowed GPUs and usage of the type: fair share reads the team's share.
         self.fail_borrowed = 0
@@ -228,32 +243,28 @@ class Queues:
         self._shapes(self.state.pending_groups)
         self.state.pending_groups = {}
 
-    def _shapes(self, groups: dict[Grouping, list[Job]]) -> None:
+    def _shapes(self, groups: dict[Grouping, list[GroupSlot]]) -> None:
         state = self.state
         now = self.now
         weights = state.weights
         # Merge groups into shapes: classes of equal weight share a shape, and the back-off
         # (which depends on each job's own preemptions) is decided per job where it may apply.
-        merged: dict[Ident, list[Job]] = {}
-        for (team_name, it, gpus, pclass, preempted), jobs in groups.items():
+        merged: dict[Ident, list[Slot]] = {}
+        for (team_name, it, gpus, pclass, preempted), slots in groups.items():
             team = state.teams[team_name]
             if not team.team.active:
-                self.inactive.setdefault(team.index, {}).update(dict.fromkeys([j.id for j in jobs]))
+                self.inactive.setdefault(team.index, {}).update(dict.fromkeys([s[3] for s in slots]))
                 continue
             prio = 0 if pclass is None else weights.get(pclass, 0)
             static = self.may_look(team, it, gpus)
             if preempted > 0:
-                for job in jobs:
-                    eligible = static and not self._backed_off(job, now, static)
-                    merged.setdefault((team.index, it, gpus, prio, eligible), []).append(job)
+                for slot in slots:
+                    eligible = static and not self._backed_off(slot[4], now, static)
+                    merged.setdefault((team.index, it, gpus, prio, eligible), []).append(slot)
             else:
-                merged.setdefault((team.index, it, gpus, prio, static), []).extend(jobs)
-        for ident, jobs in sorted(merged.items(), key=_first):
+                merged.setdefault((team.index, it, gpus, prio, static), []).extend(slots)
+        for ident, keys in sorted(merged.items(), key=_first):
             # One priority in a shape: its queue order is submit time, seq, id (POLICY.md 3.1).
-            # Sorting the slots themselves is cheaper than sorting the jobs by a key and then
-            # making their slots.
-            neg = -ident[3]
-            keys: list[Slot] = [(neg, j.submit_time, j.seq, j.id, j) for j in jobs]
             keys.sort()
             self.new_shape(ident, keys)
 
@@ -337,7 +348,7 @@ class Queues:
         tt.candidates.pop()
         insort(tt.candidates, rec, key=_victim_key)
         tt.cand_version += 1
-        rec.ts.cand_version += 1
+        rec.ts.touch(rec.team.index)
         rec.ts.placement.take(job.nodes)
         return rec
 
@@ -346,7 +357,7 @@ class Queues:
         self.state.remove(rec)
         tt = rec.tt
         tt.drop_candidate(rec)
-        rec.ts.cand_version += 1
+        rec.ts.touch(rec.team.index)
         if rec.gpus >= tt.cand_max:
             tt.cand_max = max((c.gpus for c in tt.candidates), default=0)
 
@@ -363,7 +374,7 @@ class BatchedCycle:
         self.queues = queues
         self.state = state = queues.state
         state.now = now
-        state.preempt_epoch = dict.fromkeys(state.types, 0)
+        state.reset_epochs()
         self.now = now
         self.fair_share = queues.fair_share
         self.strict = queues.strict
@@ -382,7 +393,7 @@ class BatchedCycle:
         self.epoch = queues.epoch_base  # bumped by every start, preemption and hold
         self.first_epoch = self.epoch
         self.carry = not self.strict
-        self.searched: dict[tuple[object, ...], int] = {}  # failed searches -> preempt epoch
+        self.searched: dict[tuple[object, ...], tuple[bool, int]] = {}  # failed searches (find_victims_once)
         self.logged: list[_Team] = []  # teams with a non-empty log
         self.requeue: list[JobRecord] = []
         # What ``undo`` takes back: starts and preemptions in order (a preemption with the
@@ -429,16 +440,26 @@ class BatchedCycle:
         """A shape that failed earlier in the cycle fails again, whatever changed since, when
         none of it could help: no start makes a job fit that did not (it only takes GPUs,
         pool and room on nodes, and a holding team starting gives back to the pool no more
-        than it takes), nor does a hold (other teams' pool only shrinks); and a search fails
-        again while its instance type's ``preempt_epoch`` stands and, under fair share, its
-        team's borrowed GPUs and usage there (what the cycle's memory of failed searches rests
-        on: ``preemption.find_victims_once``). Only the reason is made again, in the current
+        than it takes), nor does a hold (other teams' pool only shrinks), so a job that could
+        not look for victims fails again until a preemption frees GPUs there (``free_epoch``);
+        a search fails again while its instance type's ``preempt_epoch`` stands, or, if it
+        ended for want of a team with a share as high, while no GPUs were freed there and no
+        share rose (``rise_epoch``); under fair share also while its team's borrowed GPUs and
+        usage there stand (what the cycle's memory of failed searches rests on:
+        ``preemption.find_victims_once``). Only the reason is made again, in the current
         state: its figures may have moved. Not across a lone team's jobs, nor under strict
         FIFO, where a failure blocks the team."""
         if not self.carry or shape.fail_epoch < self.first_epoch:
             return None
         tt, ts = shape.tt, shape.ts
-        if shape.fail_pe != self.state.preempt_epoch[ts.name]:
+        state = self.state
+        kind = shape.fail_kind
+        if kind == _SEARCHED:
+            if shape.fail_pe != state.preempt_epoch[ts.name]:
+                return None
+        elif shape.fail_free != state.free_epoch[ts.name] or (
+            kind == _SHARE_BOUND and shape.fail_rise != state.rise_epoch[ts.name]
+        ):
             return None
         if (tt.usage + shape.gpus <= tt.quota) != shape.fail_within:
             return None
@@ -568,13 +589,19 @@ class BatchedCycle:
                 return changed
             if rec.team.team.reclaim != Reclaim.ANY and state.hold(rec.tt, rec.ts):
                 self.epoch += 1
+            shape.fail_kind = _SHARE_BOUND if state.share_bound else _SEARCHED
+        else:
+            shape.fail_kind = _NO_SEARCH
         ts = rec.ts
         if shape.reason_at != ts.version or shape.fail_reason is None:
             shape.fail_reason = state.reason(rec)
             shape.reason_at = ts.version
         why = shape.fail_reason
         shape.fail_epoch = self.epoch
-        shape.fail_pe = state.preempt_epoch[rec.ts.name]
+        name = ts.name
+        shape.fail_pe = state.preempt_epoch[name]
+        shape.fail_free = state.free_epoch[name]
+        shape.fail_rise = state.rise_epoch[name]
         shape.fail_within = rec.tt.usage + rec.gpus <= rec.tt.quota
         shape.fail_borrowed = rec.team.borrowed
         shape.fail_usage = rec.tt.usage
@@ -698,7 +725,7 @@ class BatchedCycle:
             tt = rec.tt
             insort(tt.candidates, rec, key=_victim_key)
             tt.cand_version += 1
-            rec.ts.cand_version += 1
+            rec.ts.touch(rec.team.index)
             tt.cand_gpus[rec.priority] += rec.gpus
 
 

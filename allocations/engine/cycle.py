@@ -107,7 +107,7 @@ class _Cycle:
         self.heads: list[tuple[Any, ...]] = []
         self.epoch = 0  # bumped by every start, preemption and hold
         self.remembered: dict[tuple[object, ...], tuple[int, PendingReason]] = {}
-        self.searched: dict[tuple[object, ...], int] = {}  # failed searches -> preempt epoch
+        self.searched: dict[tuple[object, ...], tuple[bool, int]] = {}  # failed searches (find_victims_once)
         self.last_shape: tuple[object, ...] | None = None  # the shape of the last job left waiting
 
     # -- step 1 ------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
+from operator import attrgetter
 
 from .ranking import ShareKey, share_key
 from .snapshot import (
@@ -28,6 +29,9 @@ from .state import CycleState, JobRecord, TeamState, TeamType, TypeState, effect
 Victims = list[tuple[JobRecord, PreemptionReason]]
 # Another team's candidates on one instance type, and their GPUs in all.
 Others = list[tuple[TeamState, list[JobRecord], int]]
+_share_index = attrgetter("share", "index")
+_priority = attrgetter("priority")
+_NOBODY: tuple[ShareKey, int] = ((-1, 0), -1)  # below every share: no team
 
 
 def in_back_off(rec: JobRecord, now: float) -> bool:
@@ -59,7 +63,9 @@ def own_candidates(rec: JobRecord) -> list[JobRecord]:
         return []
     prio = rec.priority
     if mode == PreemptTeamTasks.LOWER_PRIORITY:
-        return [c for c in rec.tt.candidates if c.priority < prio]
+        # The candidates are in preemption order, lowest priority first: a prefix.
+        cands = rec.tt.candidates
+        return cands[: bisect_left(cands, prio, key=_priority)]
     # lower-or-newer-equal-priority: also equal priority and submitted after the preemptor
     # (Kueue's LowerOrNewerEqualPriority compares creation time; ties go by id here).
     mine = (rec.job.submit_time, rec.job.seq, rec.job.id)
@@ -72,15 +78,71 @@ def own_candidates(rec: JobRecord) -> list[JobRecord]:
 
 class Borrowers:
     """Other teams' candidates on one instance type under one priority bound: each team above
-    its quota there with a candidate under the bound, as ``(team, its candidates, their GPUs)``.
-    Kept until the borrowers or the candidates there change (``TypeState.cand_version``); what
-    is read of the teams' usage and shares is kept until those move."""
+    its quota there with a candidate under the bound, as ``(team, its candidates, their GPUs)``
+    in team order. Kept over changes: the teams whose candidates or borrowing there change are
+    collected in ``changed`` (``TypeState.touch``) and only their parts are made again, when
+    next asked (``borrowers``). What is read of the teams' usage and shares is kept until those
+    move."""
 
-    __slots__ = ("cand_version", "entries", "freeable_at", "share_at", "terms", "top", "total")
+    __slots__ = (
+        "bound",
+        "cand_version",
+        "changed",
+        "entries",
+        "freeable_at",
+        "parts",
+        "share_at",
+        "teams",
+        "terms",
+        "top",
+        "total",
+    )
 
-    def __init__(self, cand_version: int, entries: Others) -> None:
-        self.cand_version = cand_version
-        self.entries = entries
+    def __init__(self, state: CycleState, ts: TypeState, bound: int) -> None:
+        self.bound = bound
+        self.changed: set[int] = set()
+        ts.watchers.append(self.changed)
+        self.parts: dict[int, tuple[TeamState, list[JobRecord], int]] = {}
+        for index in ts.borrowers:
+            self._part(state, ts, index)
+        self._made(ts)
+
+    def update(self, state: CycleState, ts: TypeState) -> None:
+        """Make again the parts of the teams that changed."""
+        changed = self.changed
+        for index in changed:
+            if index in ts.borrowers:
+                self._part(state, ts, index)
+            else:
+                self.parts.pop(index, None)
+        changed.clear()
+        self._made(ts)
+
+    def _part(self, state: CycleState, ts: TypeState, index: int) -> None:
+        # Candidates are in preemption order, lowest priority first: those below the bound are
+        # a prefix, and their GPUs are the team's sums by priority below it. Each team's part is
+        # kept until its own candidates change (``TeamType.cand_version``).
+        team = state.team_list[index]
+        tt = team.per_type[ts.name]
+        bound = self.bound
+        part = tt.prefixes.get(bound)
+        if part is None or part[0] != tt.cand_version:
+            cands = tt.candidates
+            if bound < 2**62:
+                cands = cands[: bisect_left(cands, bound, key=_priority)]
+            gpus = sum(g for p, g in tt.cand_gpus.items() if p < bound)
+            part = (tt.cand_version, cands, gpus)
+            tt.prefixes[bound] = part
+        if part[1]:
+            self.parts[index] = (team, part[1], part[2])
+        else:
+            self.parts.pop(index, None)
+
+    def _made(self, ts: TypeState) -> None:
+        parts = self.parts
+        self.entries: Others = [parts[index] for index in sorted(parts)]
+        self.teams = [entry[0] for entry in self.entries]
+        self.cand_version = ts.cand_version
         self.freeable_at = -1  # the type's ``version`` ``terms`` and ``total`` were made at
         self.terms: dict[int, int] = {}
         self.total = 0
@@ -106,23 +168,21 @@ class Borrowers:
         return self.total - self.terms.get(own.index, 0)
 
     def any_share_at_least(self, state: CycleState, own: TeamState, floor: ShareKey) -> bool:
-        """Whether some team other than ``own`` has a share of at least ``floor``: the two
-        highest shares are kept while no team's share moves."""
+        """Whether some team other than ``own`` has a share of at least ``floor``: the highest
+        share, and the highest but the top team's when asked for, are kept while no team's
+        share moves."""
         if self.share_at != state.share_version:
-            top: list[tuple[ShareKey, int]] = []
-            for team, _, _ in self.entries:
-                item = (team.share, team.index)
-                if len(top) < 2:
-                    top.append(item)
-                    top.sort(reverse=True)
-                elif item > top[1]:
-                    top[1] = item
-                    top.sort(reverse=True)
-            self.top, self.share_at = top, state.share_version
-        for share, index in self.top:
-            if index != own.index:
-                return share >= floor
-        return False
+            self.top = [max(map(_share_index, self.teams), default=_NOBODY)]
+            self.share_at = state.share_version
+        top = self.top
+        if top[0][1] != own.index:
+            return top[0][0] >= floor
+        if len(top) == 1:
+            first = top[0][1]
+            top.append(
+                max((item for item in map(_share_index, self.teams) if item[1] != first), default=_NOBODY)
+            )
+        return top[1][0] >= floor
 
 
 def borrowers(
@@ -132,38 +192,33 @@ def borrowers(
     jobs of priority below it (None: any); ``max_priority``: and at most that."""
     key = (ts.name, allowed, max_priority)
     cached = state.other_lists.get(key)
-    if cached is not None and cached.cand_version == ts.cand_version:
-        return cached
-    # Candidates are in preemption order, lowest priority first: those below the bound are a
-    # prefix, and their GPUs are the team's sums by priority below it. Each team's part is kept
-    # until its own candidates change (``TeamType.cand_version``).
-    bound = min(
-        allowed if allowed is not None else 2**62,
-        max_priority + 1 if max_priority is not None else 2**62,
-    )
-    it = ts.name
-    found: Others = []
-    team_list = state.team_list
-    for index in sorted(ts.borrowers):
-        team = team_list[index]
-        tt = team.per_type[it]
-        part = tt.prefixes.get(bound)
-        if part is None or part[0] != tt.cand_version:
-            cands = tt.candidates
-            if bound < 2**62:
-                cands = cands[: bisect_left(cands, bound, key=_priority)]
-            gpus = sum(g for p, g in tt.cand_gpus.items() if p < bound)
-            part = (tt.cand_version, cands, gpus)
-            tt.prefixes[bound] = part
-        if part[1]:
-            found.append((team, part[1], part[2]))
-    result = Borrowers(ts.cand_version, found)
-    state.other_lists[key] = result
-    return result
+    if cached is None:
+        bound = min(
+            allowed if allowed is not None else 2**62,
+            max_priority + 1 if max_priority is not None else 2**62,
+        )
+        cached = state.other_lists[key] = Borrowers(state, ts, bound)
+    elif cached.cand_version != ts.cand_version:
+        cached.update(state, ts)
+    return cached
 
 
-def _priority(rec: JobRecord) -> int:
-    return rec.priority
+def _top_share(state: CycleState, ts: TypeState, own: TeamState) -> ShareKey:
+    """The highest share among the teams other than ``own`` borrowing on ``ts`` (below every
+    share when there is none), from the two highest kept while no share and no borrower there
+    moves."""
+    kept = state.top_shares.get(ts.name)
+    if kept is None or kept[0] != state.share_version or kept[1] != ts.cand_version:
+        first = max(map(_share_index, map(state.team_list.__getitem__, ts.borrowers)), default=_NOBODY)
+        kept = (state.share_version, ts.cand_version, [first])
+        state.top_shares[ts.name] = kept
+    top = kept[2]
+    if top[0][1] != own.index:
+        return top[0][0]
+    if len(top) == 1:  # the second highest, read when first asked for
+        teams = map(state.team_list.__getitem__, ts.borrowers - {own.index})
+        top.append(max(map(_share_index, teams), default=_NOBODY))
+    return top[1][0]
 
 
 def _freeable(lists: Others, it: str) -> int:
@@ -502,6 +557,16 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
     own_team = rec.team
     within = tt.usage + rec.gpus <= tt.quota
     own = own_candidates(rec)
+    if (
+        not own
+        and not within
+        and state.shortcuts
+        and _top_share(state, rec.ts, own_team) < state.share_with(rec)
+    ):
+        # Rules A and B both need a victim team with a share at least the preemptor's after
+        # admission; no team borrowing here has one (a bound on the candidates' teams below).
+        state.share_bound = True
+        return None
     if _team_limit_hopeless(rec, own, within_quota=False):
         return None
     own_gpus = sum(c.gpus for c in own)
@@ -514,6 +579,7 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
         floor = share_key(own_team.borrowed + extra, own_team.weight, state.pool_total)
     found = borrowers(state, rec.ts, _reclaim_threshold(rec))
     if not own and floor is not None and not found.any_share_at_least(state, own_team, floor):
+        state.share_bound = True
         return None  # no team with a share that high: no victim anywhere
     others = found.others(own_team, floor)
     if not own and not others:
@@ -613,7 +679,10 @@ def find_victims(state: CycleState, rec: JobRecord) -> Victims | None:
 
 
 def find_victims_once(
-    state: CycleState, rec: JobRecord, shape: tuple[object, ...], searched: dict[tuple[object, ...], int]
+    state: CycleState,
+    rec: JobRecord,
+    shape: tuple[object, ...],
+    searched: dict[tuple[object, ...], tuple[bool, int]],
 ) -> Victims | None:
     """``find_victims``, unless it already failed in this cycle for a job of the same ``shape``
     as far within its quota, with nothing since that could help on its instance type (its
@@ -624,14 +693,24 @@ def find_victims_once(
     search goes another way, which may find a set where the old way did not (seeds 109254,
     229585 and 234475 of the comparison in ``tests/engine/test_shortcuts.py``). That share
     moves with the team's borrowed GPUs and its usage of the type, so both are part of the
-    memory there."""
+    memory there.
+
+    A fair-share search that ended for want of another team with a share as high as the
+    preemptor's (and no candidate of its own) fails again until another team's share rises
+    where it borrows (``rise_epoch``): a preemption only lowers shares and takes candidates
+    away, and the preemptor's own share is in the memory."""
     tt = rec.tt
     own = (rec.team.borrowed, tt.usage) if state.fair_share else None
     key = (shape, tt.usage + rec.gpus <= tt.quota, own)
-    epoch = state.preempt_epoch[rec.ts.name]
-    if state.shortcuts and searched.get(key) == epoch:
-        return None
+    name = rec.ts.name
+    if state.shortcuts:
+        memo = searched.get(key)
+        if memo is not None and memo[1] == (state.rise_epoch if memo[0] else state.preempt_epoch)[name]:
+            state.share_bound = memo[0]
+            return None
+    state.share_bound = False
     victims = find_victims(state, rec)
     if victims is None:
-        searched[key] = epoch
+        bound = state.share_bound
+        searched[key] = (bound, (state.rise_epoch if bound else state.preempt_epoch)[name])
     return victims

@@ -8,9 +8,10 @@ rescan of the jobs. Bad input raises ``ValueError`` naming the field path and th
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import filterfalse, repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING
 
@@ -40,6 +41,12 @@ _id, _team, _instance_type, _gpus_of = (attrgetter(a) for a in ("id", "team", "i
 # those preempted before then looked at one by one (their back-off, POLICY.md 3.5).
 _grouping = attrgetter("team", "instance_type", "gpus", "priority_class", "preemptions")
 Grouping = tuple[str, str, int, str | None, int]
+_submit_time, _seq, _priority_class, _nodes = (
+    attrgetter(a) for a in ("submit_time", "seq", "priority_class", "nodes")
+)
+# A pending job in its group: its queue order key (POLICY.md 3.1: minus its priority, submit
+# time, seq, id) and the job, made in the snapshot's order (``CycleState._build``).
+GroupSlot = tuple[int, float, int, str, Job]
 
 
 def _gpus(n: int) -> str:
@@ -164,6 +171,7 @@ class TypeState:
         "pool_used",
         "running",
         "version",
+        "watchers",
     )
 
     def __init__(self, name: str, placement: Placement, capacity: int, capacity_ever: int) -> None:
@@ -179,9 +187,17 @@ class TypeState:
         # Bumped whenever ``borrowers`` or a team's preemption candidates here change: other
         # teams' candidate lists (``preemption.borrowers``) hold until it moves.
         self.cand_version = 0
+        # The sets in which those lists collect the teams that changed since (``touch``).
+        self.watchers: list[set[int]] = []
         # Bumped by every change of its accounting (a job on or off its nodes, a hold): what a
         # pending reason here reads (``CycleState.reason_for``) stands until it moves.
         self.version = 0
+
+    def touch(self, team: int) -> None:
+        """Team ``team``'s candidates here, or whether it borrows here, changed."""
+        self.cand_version += 1
+        for changed in self.watchers:
+            changed.add(team)
 
 
 class TeamState:
@@ -234,7 +250,7 @@ class CycleState:
         # Off: pending jobs get no ``JobRecord`` here (the batched cycle makes them on demand);
         # they are still validated, and grouped in ``pending_groups``.
         self.pending_records = pending_records
-        self.pending_groups: dict[Grouping, list[Job]] = {}
+        self.pending_groups: dict[Grouping, list[GroupSlot]] = {}
         # Off: no necessary-condition bounds before preemption searches (tests compare both).
         self.shortcuts = shortcuts
         self.now = now
@@ -249,13 +265,25 @@ class CycleState:
         # succeed: a preemption (frees GPUs), or a team borrowing more (its jobs become
         # candidates, its share rises). Admissions otherwise only make searches harder.
         self.preempt_epoch: dict[str, int] = {}
+        # Two parts of it. ``free_epoch``: a preemption there, the one thing in a cycle that
+        # frees GPUs (and pool) of the type, so the one thing that can make a job fit that did
+        # not. ``rise_epoch``: a team's share rising where it borrows and has candidates, the
+        # one thing that can give a search that ended for want of a team with a share as high
+        # as the preemptor's such a team (``preemption.find_victims_once``).
+        self.free_epoch: dict[str, int] = {}
+        self.rise_epoch: dict[str, int] = {}
+        # Set by a fair-share search that ended there: no other team's share as high.
+        self.share_bound = False
+        # Per instance type: the highest shares of the teams borrowing there, with the
+        # ``share_version`` and ``cand_version`` they were read at (``preemption._top_share``).
+        self.top_shares: dict[str, tuple[int, int, list[tuple[ShareKey, int]]]] = {}
         # Other teams' candidate lists by (instance type, priority bounds), with the type's
         # ``cand_version`` they were made at (``preemption.borrowers``).
         self.other_lists: dict[tuple[str, int | None, int | None], Borrowers] = {}
         # Bumped whenever a team's share moves (its borrowed GPUs).
         self.share_version = 0
         self._build(snapshot)
-        self.preempt_epoch = dict.fromkeys(self.types, 0)
+        self.reset_epochs()
 
     # -- building ----------------------------------------------------------------------
     def _build(self, snapshot: Snapshot) -> None:
@@ -305,11 +333,23 @@ class CycleState:
         else:
             # The pending jobs are grouped by what a shape is made of (``pending_groups``) and
             # the groups, not the jobs, are checked: a few thousand lookups instead of 100k.
-            running = [job for job in jobs if job.nodes]
-            groups: defaultdict[Grouping, list[Job]] = defaultdict(list)
-            for job in jobs:
-                if not job.nodes:
-                    groups[_grouping(job)].append(job)
+            running = list(filter(_nodes, jobs))
+            pending = list(filterfalse(_nodes, jobs))
+            # Each job's slot is made here, in the snapshot's order, and put in its group, all
+            # by functions written in C (``map`` of ``list.append`` over the groups' lists,
+            # drained by a ``deque`` that keeps nothing): the jobs lie in memory in about that
+            # order, and reading them group by group instead took twice as long.
+            negated = {name: -weight for name, weight in weights.items()}
+            slots = zip(
+                map(negated.get, map(_priority_class, pending), repeat(0)),
+                map(_submit_time, pending),
+                map(_seq, pending),
+                map(_id, pending),
+                pending,
+                strict=True,
+            )
+            groups: defaultdict[Grouping, list[GroupSlot]] = defaultdict(list)
+            deque(map(list.append, map(groups.__getitem__, map(_grouping, pending)), slots), maxlen=0)
             used = self._check_jobs(running, types, node_type, groups, len(jobs))
             self.pending_groups = groups
             jobs = running
@@ -349,22 +389,22 @@ class CycleState:
         jobs: Sequence[Job],
         types: dict[str, InstanceType],
         node_type: dict[str, str],
-        groups: dict[Grouping, list[Job]] | None = None,
+        groups: dict[Grouping, list[GroupSlot]] | None = None,
         total: int = 0,
     ) -> dict[str, int]:
         """Validate the jobs; returns the GPUs in use per node. The common case (nothing wrong)
         is checked with set operations; the first bad job is then found one job at a time.
         With ``groups`` (the pending jobs, by team, instance type and GPUs among others),
         ``jobs`` are the running ones and ``total`` the count of all: the snapshot's."""
-        ids = set(map(_id, jobs))
         if groups is not None:
-            for members in groups.values():
-                ids.update(map(_id, members))
+            # Every id, read in the snapshot's order: the jobs lie in memory in about that
+            # order, and reading them group by group instead took three times as long.
+            ids = set(map(_id, self.snapshot.jobs))
             fine = len(ids) == total and all(
                 team in self.teams and it in types and gpus > 0 for team, it, gpus, _, _ in groups
             )
         else:
-            fine = len(ids) == len(jobs)
+            fine = len(set(map(_id, jobs))) == len(jobs)
         if (
             fine
             and set(map(_team, jobs)) <= self.teams.keys()
@@ -440,7 +480,7 @@ class CycleState:
         tt.cand_version += 1
         tt.cand_gpus[rec.priority] = tt.cand_gpus.get(rec.priority, 0) + rec.gpus
         tt.cand_max = max(tt.cand_max, rec.gpus)
-        rec.ts.cand_version += 1
+        rec.ts.touch(rec.team.index)
 
     # -- accounting --------------------------------------------------------------------
     def _change_usage(self, rec: JobRecord, delta: int) -> None:
@@ -462,7 +502,7 @@ class CycleState:
             team.borrowed += borrowed
             team.share = share_key(team.borrowed, team.weight, self.pool_total)
         if (old > quota) != (new > quota):
-            ts.cand_version += 1
+            ts.touch(team.index)
             if new > quota:
                 ts.borrowers.add(team.index)
             else:
@@ -505,6 +545,7 @@ class CycleState:
             for name, tt in team.per_type.items():
                 if tt.usage > tt.quota and tt.candidates:
                     self.preempt_epoch[name] += 1
+                    self.rise_epoch[name] += 1
         return nodes
 
     def remove(self, rec: JobRecord) -> None:
@@ -520,17 +561,30 @@ class CycleState:
     def preempted(self, rec: JobRecord) -> None:
         """A victim a search took off its nodes: no longer running nor a candidate, its
         preemption counted (the back-off of POLICY.md 3.5). It frees GPUs on its instance type;
-        under fair share it also lowers its team's share, which may let that team's searches on
-        any instance type succeed: remembered failed searches there no longer hold."""
+        under fair share it also lowers its team's share. Elsewhere other teams' searches read
+        that share only where the team borrows (only there are its jobs their candidates), and
+        not in one direction only (the greedy search may go another way): remembered failed
+        searches there no longer hold. Its own searches are remembered with its borrowed GPUs,
+        which moved if its share did."""
         rec.tt.drop_candidate(rec)
-        rec.ts.cand_version += 1
+        rec.ts.touch(rec.team.index)
         rec.nodes = ()
         rec.was_running = False
         rec.preemptions += 1
         rec.last_preempted_at = self.now
         epochs = self.preempt_epoch
-        for name in epochs if self.fair_share else (rec.ts.name,):
-            epochs[name] += 1
+        epochs[rec.ts.name] += 1
+        self.free_epoch[rec.ts.name] += 1
+        if self.fair_share:
+            for name, tt in rec.team.per_type.items():
+                if name != rec.ts.name and tt.usage > tt.quota and tt.candidates:
+                    epochs[name] += 1
+
+    def reset_epochs(self) -> None:
+        """A cycle's epochs start at 0 (its memory of failures is its own)."""
+        self.preempt_epoch = dict.fromkeys(self.types, 0)
+        self.free_epoch = dict.fromkeys(self.types, 0)
+        self.rise_epoch = dict.fromkeys(self.types, 0)
 
     def hold(self, tt: TeamType, ts: TypeState) -> bool:
         """POLICY.md 3.3: take the team's unused lendable quota out of the pool for this cycle.
@@ -634,9 +688,12 @@ def never_fit_reason(
     gpus_per_node: int,
     limits: Limits,
     pool_ever: int,
-    node_gpus: Sequence[int],
+    biggest: int,
+    whole: int,
 ) -> PendingReason | None:
-    """``exceeds-max`` when ``gpus`` can never fit; the numbers go in the message."""
+    """``exceeds-max`` when ``gpus`` can never fit; the numbers go in the message. ``biggest``
+    is the GPUs of the type's largest node, ``whole`` the GPUs on its nodes of at least
+    ``gpus_per_node`` (ready or not)."""
     if gpus > gpus_per_node and gpus % gpus_per_node:
         return PendingReason(
             PendingCode.EXCEEDS_MAX,
@@ -657,19 +714,16 @@ def never_fit_reason(
             f"({limits.kept} kept + a pool of {pool_ever})",
         )
     if gpus <= gpus_per_node:
-        biggest = max(node_gpus, default=0)
         if gpus > biggest:
             return PendingReason(
                 PendingCode.EXCEEDS_MAX,
                 f"{gpus} GPUs of {instance_type} asked; the largest node has {biggest}",
             )
-    else:
-        whole = sum(n for n in node_gpus if n >= gpus_per_node)
-        if gpus > whole:
-            return PendingReason(
-                PendingCode.EXCEEDS_MAX,
-                f"{gpus} GPUs of {instance_type} asked; the cluster has {whole} on its nodes",
-            )
+    elif gpus > whole:
+        return PendingReason(
+            PendingCode.EXCEEDS_MAX,
+            f"{gpus} GPUs of {instance_type} asked; the cluster has {whole} on its nodes",
+        )
     return None
 
 
@@ -683,6 +737,9 @@ class NeverFitJudge:
         self._node_gpus: dict[str, list[int]] = {}
         for node in snapshot.nodes:
             self._node_gpus.setdefault(node.instance_type, []).append(node.gpus)
+        # Per instance type: (all its GPUs, its largest node, GPUs on nodes of a whole node's
+        # size), read once rather than once per team and size judged.
+        self._figures: dict[str, tuple[int, int, int]] = {}
         self._pool: dict[str, int] = {}
         self._limits: dict[tuple[str, str], Limits] = {}
         self._cache: dict[tuple[str, str, int], PendingReason | None] = {}
@@ -697,10 +754,19 @@ class NeverFitJudge:
             raise ValueError(f"job.instance_type: unknown instance type {instance_type!r}")
         if gpus <= 0:
             raise ValueError(f"job.gpus: must be above 0, got {gpus!r}")
-        node_gpus = self._node_gpus.get(instance_type, [])
+        gpus_per_node = self._types[instance_type].gpus_per_node
+        figures = self._figures.get(instance_type)
+        if figures is None:
+            node_gpus = self._node_gpus.get(instance_type, [])
+            figures = (
+                sum(node_gpus),
+                max(node_gpus, default=0),
+                sum(n for n in node_gpus if n >= gpus_per_node),
+            )
+            self._figures[instance_type] = figures
         if instance_type not in self._pool:
             self._pool[instance_type] = _pool_ever(
-                self._snapshot.teams, instance_type, sum(node_gpus), self._snapshot.policy.share_unallocated
+                self._snapshot.teams, instance_type, figures[0], self._snapshot.policy.share_unallocated
             )
         lkey = (team, instance_type)
         if lkey not in self._limits:
@@ -709,10 +775,11 @@ class NeverFitJudge:
             team=team,
             instance_type=instance_type,
             gpus=gpus,
-            gpus_per_node=self._types[instance_type].gpus_per_node,
+            gpus_per_node=gpus_per_node,
             limits=self._limits[lkey],
             pool_ever=self._pool[instance_type],
-            node_gpus=node_gpus,
+            biggest=figures[1],
+            whole=figures[2],
         )
         self._cache[key] = result
         return result

@@ -173,3 +173,50 @@ def test_a_failed_fair_share_search_is_tried_again_once_its_teams_share_moves(
     assert plan == allocate_plainly(snapshot, 0.0)
     assert plan == allocate_one_by_one(snapshot, 0.0)
     assert {p.job_id for p in plan.preemptions if p.preemptor == preemptor} == victims
+
+
+@pytest.mark.parametrize(
+    ("seed", "share_unallocated", "preemptor", "victims"),
+    [(153, True, "p38", {"r5"}), (264, True, "p15", {"r3"})],
+)
+def test_a_search_that_found_no_share_as_high_is_tried_again_once_another_share_rises(
+    seed: int, share_unallocated: bool, preemptor: str, victims: set[str]
+) -> None:
+    """A fair-share search that ended for want of another team with a share as high as the
+    preemptor's is remembered across preemptions (they only lower shares), but not across a
+    share rising where its team borrows (``CycleState.rise_epoch``): here another team starts a
+    job that borrows, its share rises above the preemptor's, and the next job of the failed
+    shape takes that team's job. Found by keeping that memory across every change (these
+    clusters then leave the job waiting)."""
+    policy = ClusterPolicy(
+        IdleAllocation.FAIR_SHARE,
+        TaskRanking.FIRST_COME_FIRST_SERVE,
+        share_unallocated,
+        Queueing.BEST_EFFORT_FIFO,
+        CLASSES,
+    )
+    snapshot = busy_cluster(random.Random(seed), policy)
+    plan = allocate(snapshot, 0.0)
+    assert plan == allocate_plainly(snapshot, 0.0)
+    assert plan == allocate_one_by_one(snapshot, 0.0)
+    assert {p.job_id for p in plan.preemptions if p.preemptor == preemptor} == victims
+    assert preemptor in {s.job_id for s in plan.starts}
+
+
+def test_a_failed_search_is_tried_again_once_a_team_borrowing_there_loses_a_job_elsewhere() -> None:
+    """Under fair share a preemption on one instance type lowers the victim's team's share,
+    which other teams' searches on another type read where that team borrows: their failures
+    there are forgotten (and only there). Found by forgetting them on the victim's type only:
+    this cluster then leaves p87 waiting, where the cycle without shortcuts takes r12."""
+    policy = ClusterPolicy(
+        IdleAllocation.FAIR_SHARE,
+        TaskRanking.FIRST_COME_FIRST_SERVE,
+        False,
+        Queueing.BEST_EFFORT_FIFO,
+        CLASSES,
+    )
+    snapshot = busy_cluster(random.Random(1718), policy)
+    plan = allocate(snapshot, 0.0)
+    assert plan == allocate_plainly(snapshot, 0.0)
+    assert plan == allocate_one_by_one(snapshot, 0.0)
+    assert [p.job_id for p in plan.preemptions if p.preemptor == "p87"] == ["r12"]
