@@ -143,6 +143,37 @@ def write_history(jobs: int, teams: int, days: int, seed: int) -> tuple[object, 
     return start, now
 
 
+def replay_one(data: dict[str, Any], policies: list[dict[str, Any]], index: int, prices: dict[str, float],
+               ticker: bool = False) -> str:  # fmt: skip
+    """One policy's replay as the lab runs it (scenario, replay with the reason recorder,
+    figures), timed, with the engine's own time beside it; returns the line to print."""
+    from allocations.engine.session import Session
+    from allocations.simulation import parse_scenario
+    from allocations.simulation.replay import Replay
+    from allocations.whatif import figures, runs
+
+    entry = policies[index]
+    t0 = time.perf_counter()
+    scenario = parse_scenario(runs.scenario_data(data, policies, entry["key"]), keep_unfit=True)
+    t_parse = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    engine = EngineClock(Session())
+    recorder = figures.ReasonRecorder(engine)
+    progress = Ticker(entry["name"], engine) if ticker else None
+    result = Replay(scenario, allocate=recorder, progress=progress).run()
+    recorder.finish(result.end_time)
+    shown, _jobs = figures.figures(result, scenario, prices, recorder)
+    t_lab = time.perf_counter() - t0
+    c = shown["cluster"]
+    return (
+        f"{entry['name']:>6}: parse {t_parse:5.1f} s, replay+reasons+figures {t_lab:6.1f} s "
+        f"(baseline: the engine's allocate {engine.seconds:6.1f} s of it); {c['cycles']:,} cycles, "
+        f"utilization {100 * c['utilization']:.1f}%, idle while waiting "
+        f"{c['idle_while_waiting_gpu_hours']:,.0f} GPU-h, mean wait {c['wait_mean_s'] / 60:.1f} min; "
+        f"peak RSS {peak_mb():.0f} MB"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -155,6 +186,12 @@ def main() -> int:
     parser.add_argument("--db", type=Path, help="SQLite file to create (default: a temporary one)")
     parser.add_argument(
         "--only", choices=("live", "draft"), help="replay only this policy (the target is for both)"
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="replays side by side, as the lab's WHATIF_PROCESSES (default: the cores; 1: one after the other)",
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -175,11 +212,8 @@ def main() -> int:
             print(f"history written: {args.jobs:,} jobs, {args.teams} teams, {NODES} nodes "
                   f"in {time.perf_counter() - started:.1f} s")  # fmt: skip
 
-        from allocations.engine.session import Session
         from allocations.models import InstanceType
-        from allocations.simulation import parse_scenario
-        from allocations.simulation.replay import Replay
-        from allocations.whatif import drafts, figures, history, runs
+        from allocations.whatif import drafts, history
 
         # The live policy, and a draft that lends whole quotas and borrows without limit.
         live = drafts.live_body()
@@ -200,32 +234,28 @@ def main() -> int:
         )
         prices = {n: float(p) for n, p in InstanceType.objects.values_list("name", "price_per_gpu_hour")}
 
-        total = t_history
-        for entry in policies:
-            if args.only and entry["name"] != args.only:
-                continue
-            data = runs.scenario_data(built.data, policies, entry["key"])
-            t0 = time.perf_counter()
-            scenario = parse_scenario(data, keep_unfit=True)
-            t_parse = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            engine = EngineClock(Session())
-            recorder = figures.ReasonRecorder(engine)
-            result = Replay(scenario, allocate=recorder, progress=Ticker(entry["name"], engine)).run()
-            recorder.finish(result.end_time)
-            shown, _jobs = figures.figures(result, scenario, prices, recorder)
-            t_lab = time.perf_counter() - t0
-            total += t_parse + t_lab
-            c = shown["cluster"]
-            print(
-                f"{entry['name']:>6}: parse {t_parse:5.1f} s, replay+reasons+figures {t_lab:6.1f} s "
-                f"(baseline: the engine's allocate {engine.seconds:6.1f} s of it); {c['cycles']:,} cycles, "
-                f"utilization {100 * c['utilization']:.1f}%, idle while waiting "
-                f"{c['idle_while_waiting_gpu_hours']:,.0f} GPU-h, mean wait {c['wait_mean_s'] / 60:.1f} min; "
-                f"peak RSS {peak_mb():.0f} MB"
-            )
+        chosen = [i for i, entry in enumerate(policies) if not args.only or entry["name"] == args.only]
+        t0 = time.perf_counter()
+        if args.processes > 1 and len(chosen) > 1:
+            # As the lab runs them (``WHATIF_PROCESSES``): side by side in forked processes.
+            import billiard
+
+            with billiard.get_context("fork").Pool(min(args.processes, len(chosen))) as pool:
+                waiting = [
+                    pool.apply_async(replay_one, (built.data, policies, i, prices, True)) for i in chosen
+                ]
+                lines = [r.get() for r in waiting]
+            mode = f"side by side in {min(args.processes, len(chosen))} processes"
+        else:
+            lines = [replay_one(built.data, policies, i, prices, ticker=True) for i in chosen]
+            mode = "one after the other"
+        t_replays = time.perf_counter() - t0
+        for line in lines:
+            print(line)
+        total = t_history + t_replays
         print(
-            f"what-if run (history + 2 policies): {total:.1f} s wall; target under 60 s; peak RSS {peak_mb():.0f} MB"
+            f"what-if run (history + {len(chosen)} policies, {mode}): {total:.1f} s wall "
+            f"(replays {t_replays:.1f} s); target under 60 s; peak RSS of this process {peak_mb():.0f} MB"
         )
     return 0
 

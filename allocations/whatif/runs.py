@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -197,22 +198,23 @@ def _replay_all(run_id: int) -> dict[str, Any]:
         name: float(price) for name, price in InstanceType.objects.values_list("name", "price_per_gpu_hour")
     }
 
-    # 2. One replay per policy, the live one first.
-    from allocations.engine.session import Session
-
+    # 2. One replay per policy, the live one first: side by side in forked processes when
+    # there are cores for it (``WHATIF_PROCESSES``), else one after the other here.
     outcomes: list[dict[str, Any]] = []
     per_job: dict[str, dict[str, dict[str, Any]]] = {}
-    for index, entry in enumerate(policies):
-        progress = _Progress(run_id, index, len(policies), entry["name"])
-        progress.report(0.0, f"Replaying under {entry['name']}", force=True)
-        scenario = parse_scenario(scenario_data(history_data, policies, entry["key"]), keep_unfit=True)
-        recorder = figures.ReasonRecorder(Session())
-        result = Replay(scenario, allocate=recorder, progress=progress).run()
-        recorder.finish(result.end_time)
-        shown, jobs = figures.figures(result, scenario, prices, recorder)
+    processes = min(len(policies), max(1, int(settings.WHATIF_PROCESSES)))
+    if processes > 1:
+        replayed = _replay_in_processes(run_id, history_data, policies, prices, processes)
+    else:
+        replayed = []
+        for index, entry in enumerate(policies):
+            progress = _Progress(run_id, index, len(policies), entry["name"])
+            progress.report(0.0, f"Replaying under {entry['name']}", force=True)
+            replayed.append(replay_policy(history_data, policies, index, prices, progress))
+            progress.report(1.0, f"Replayed under {entry['name']}", force=True)
+    for entry, (shown, jobs) in zip(policies, replayed, strict=True):
         outcomes.append({"key": entry["key"], "name": entry["name"], **shown})
         per_job[entry["key"]] = jobs
-        progress.report(1.0, f"Replayed under {entry['name']}", force=True)
 
     # 3. Each draft against the live policy: the jobs whose wait changed most.
     comparisons = [
@@ -228,6 +230,103 @@ def _replay_all(run_id: int) -> dict[str, Any]:
         "policies": outcomes,
         "comparisons": comparisons,
     }
+
+
+def replay_policy(
+    history_data: Mapping[str, Any],
+    policies: list[dict[str, Any]],
+    index: int,
+    prices: Mapping[str, float],
+    progress: Any = None,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The window replayed under policy ``index``: its figures and its jobs (no database)."""
+    from allocations.engine.session import Session
+
+    scenario = parse_scenario(scenario_data(history_data, policies, policies[index]["key"]), keep_unfit=True)
+    recorder = figures.ReasonRecorder(Session())
+    result = Replay(scenario, allocate=recorder, progress=progress).run()
+    recorder.finish(result.end_time)
+    return figures.figures(result, scenario, prices, recorder)
+
+
+# Set in each forked process (``_child_start``): where its replay writes how far it got.
+_shared_progress: Any = None
+
+
+def _child_start(shared: Any) -> None:
+    global _shared_progress
+    _shared_progress = shared
+
+
+def _replay_in_child(
+    history_data: Mapping[str, Any], policies: list[dict[str, Any]], index: int, prices: Mapping[str, float]
+) -> tuple[str, Any, Any]:
+    """``replay_policy`` in a forked process. It touches no database connection (those it
+    inherited are the worker's); the two errors a run reports are sent back as data, since
+    ``ScenarioError`` does not survive pickling as it was raised."""
+    shared = _shared_progress
+
+    def progress(now: float, end: float | None, done: int, total: int) -> None:
+        fraction = now / end if end else (done / total if total else 1.0)
+        shared[index] = max(0.0, min(1.0, fraction))
+
+    try:
+        shown, jobs = replay_policy(history_data, policies, index, prices, progress)
+    except ScenarioError as exc:
+        return ("scenario", exc.errors, None)
+    except SimulationError as exc:
+        return ("simulation", str(exc), None)
+    shared[index] = 1.0
+    return ("ok", shown, jobs)
+
+
+def _replay_in_processes(
+    run_id: int,
+    history_data: Mapping[str, Any],
+    policies: list[dict[str, Any]],
+    prices: Mapping[str, float],
+    processes: int,
+) -> list[tuple[dict[str, Any], dict[str, dict[str, Any]]]]:
+    """Every policy's replay in a pool of ``processes`` forked processes. The worker reports
+    their mean progress and reads the cancel flag as ``_Progress`` does; a cancel (or any
+    error) terminates the pool."""
+    # billiard (Celery's own multiprocessing) rather than the standard library's: a task of
+    # Celery's prefork pool runs in a daemonic process, which the standard library forbids to
+    # have children.
+    import billiard
+
+    context = billiard.get_context("fork")
+    shared = context.Array("d", len(policies), lock=False)
+    names = ", ".join(entry["name"] for entry in policies)
+    progress = _Progress(run_id, 0, 1, names)
+    progress.report(0.0, f"Replaying under {names}, {processes} at a time", force=True)
+    with context.Pool(processes, initializer=_child_start, initargs=(shared,)) as pool:
+        waiting = [
+            pool.apply_async(_replay_in_child, (history_data, policies, index, prices))
+            for index in range(len(policies))
+        ]
+        while True:
+            unfinished = [r for r in waiting if not r.ready()]
+            if not unfinished:
+                break
+            unfinished[0].wait(PROGRESS_EVERY_S)
+            fractions = list(shared)
+            done = sum(1 for f in fractions if f >= 1.0)
+            progress.report(
+                sum(fractions) / len(fractions),
+                f"Replaying under {names}: {100 * sum(fractions) / len(fractions):.0f}% "
+                f"({done} of {len(policies)} replays done)",
+            )
+        replies = [r.get() for r in waiting]
+    out: list[tuple[dict[str, Any], dict[str, dict[str, Any]]]] = []
+    for kind, first, second in replies:
+        if kind == "scenario":
+            raise ScenarioError(first)
+        if kind == "simulation":
+            raise SimulationError(first)
+        out.append((first, second))
+    progress.report(1.0, f"Replayed under {names}", force=True)
+    return out
 
 
 def export_yaml(run: WhatIfRun, key: str) -> str:

@@ -174,6 +174,9 @@ HISTORY_DAY_DAYS = env_int("HISTORY_DAY_DAYS", 3650)
 # A what-if run with no progress report for this long lost its worker and is marked failed
 # (progress is reported every half second while it replays).
 WHATIF_STALE_AFTER_S = env_int("WHATIF_STALE_AFTER_S", 600)
+# The replays of one what-if run (the live policy and each draft) run side by side in this
+# many processes forked from the worker; 1 replays them one after the other in the worker.
+WHATIF_PROCESSES = env_int("WHATIF_PROCESSES", max(1, os.cpu_count() or 1))
 
 # --- Auth, i18n, static ---------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

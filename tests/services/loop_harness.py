@@ -213,6 +213,49 @@ def _cancel(args: argparse.Namespace) -> dict[str, Any]:
     return {"pk": job.pk, "state": job.state}
 
 
+def _whatif(args: argparse.Namespace) -> dict[str, Any]:
+    """The demo cluster with ``--days`` of history, and a what-if run over that window (the
+    live policy and a draft lending whole quotas), queued on ``--queue``."""
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from allocations.models import WhatIfRun
+    from allocations.whatif import drafts
+    from allocations.whatif.tasks import run_whatif
+
+    with contextlib.redirect_stdout(sys.stderr):  # stdout is for the one JSON document
+        call_command("load_demo", "--history-days", str(args.days), stdout=sys.stderr)
+    live = drafts.live_body()
+    draft = {**live, "teams": [
+        {**t, "quotas": [{**q, "lend_limit": None} for q in t["quotas"]]} for t in live["teams"]
+    ]}  # fmt: skip
+    end = timezone.now().replace(second=0, microsecond=0)
+    run = WhatIfRun.objects.create(
+        window_start=end - timedelta(days=args.days),
+        window_end=end,
+        policies=[
+            {"key": "live", "name": "live", "body": live},
+            {"key": "draft-1", "name": "lend all", "body": draft},
+        ],
+    )
+    run_whatif.apply_async(args=[run.pk], queue=args.queue)
+    return {"pk": run.pk}
+
+
+def _whatif_report(args: argparse.Namespace) -> dict[str, Any]:
+    from allocations.models import WhatIfRun
+
+    run = WhatIfRun.objects.get(pk=args.pk)
+    return {
+        "state": run.state,
+        "progress": run.progress,
+        "message": run.progress_message,
+        "error": run.error,
+        "policies": [p["name"] for p in run.results.get("policies", [])],
+        "jobs": run.results.get("jobs"),
+    }
+
+
 def _report(args: argparse.Namespace) -> dict[str, Any]:
     from allocations import models as m
 
@@ -259,6 +302,11 @@ def main() -> None:
     cancel = commands.add_parser("cancel")
     cancel.add_argument("--name", required=True)
     commands.add_parser("report")
+    whatif = commands.add_parser("whatif")
+    whatif.add_argument("--queue", required=True)
+    whatif.add_argument("--days", type=int, default=2)
+    whatif_report = commands.add_parser("whatif-report")
+    whatif_report.add_argument("--pk", type=int, required=True)
     args = parser.parse_args()
 
     import django
@@ -271,6 +319,8 @@ def main() -> None:
         "cancel": _cancel,
         "request": _request,
         "report": _report,
+        "whatif": _whatif,
+        "whatif-report": _whatif_report,
     }[args.command]
     print(json.dumps(handler(args), default=str))
 

@@ -330,3 +330,69 @@ def test_runs_that_end_as_the_window_opens_leave_it_and_overdue_runs_go_on(week,
     assert built.skipped == {}
     policies = [{"key": "live", "name": "live", "body": bodies.live_body()}]
     parse_scenario(scenario_data(built.data, policies, "live"), keep_unfit=True)  # valid
+
+
+def test_replays_side_by_side_give_the_figures_of_replays_one_after_the_other(week, settings, monkeypatch):
+    from allocations.whatif import runs
+
+    used: list[int] = []
+    in_processes = runs._replay_in_processes
+
+    def spy(*args, **kwargs):
+        used.append(args[-1])
+        return in_processes(*args, **kwargs)
+
+    monkeypatch.setattr(runs, "_replay_in_processes", spy)
+    drafts = (lending_draft(week.personas, "one"), lending_draft(week.personas, "two"))
+    settings.WHATIF_PROCESSES = 1
+    alone = run_week(week, *drafts)
+    assert used == []
+    settings.WHATIF_PROCESSES = 2
+    side_by_side = run_week(week, *drafts)
+    assert used == [2]
+    assert side_by_side.results["policies"] == alone.results["policies"]
+    assert side_by_side.results["comparisons"] == alone.results["comparisons"]
+    assert side_by_side.progress == 1.0 and side_by_side.progress_message == "Done"
+
+
+def test_a_run_cancelled_while_its_replays_run_in_processes_ends_them(
+    week, settings, monkeypatch, tmp_path: Path
+):
+    """The worker reads the cancel flag while the forked replays run, and ends them."""
+    import os
+    import time
+
+    from allocations.whatif import runs
+
+    settings.WHATIF_PROCESSES = 2
+    monkeypatch.setattr(runs, "PROGRESS_EVERY_S", 0.0)
+    replay = runs.replay_policy
+
+    def slow(*args, **kwargs):  # in the forked process: say who it is, then take its time
+        (tmp_path / f"{os.getpid()}.pid").write_text("")
+        time.sleep(60)
+        return replay(*args, **kwargs)
+
+    monkeypatch.setattr(runs, "replay_policy", slow)
+    report = runs._Progress.report
+    run = services.whatif_run_create(
+        actor=week.personas.cluster_admin,
+        drafts=[lending_draft(week.personas)],
+        window_start=week.start,
+        window_end=week.end,
+    )
+
+    def cancel_once_started(self, fraction, message, force=False):
+        if not force and list(tmp_path.glob("*.pid")):
+            WhatIfRun.objects.filter(pk=run.pk).update(cancel_requested=True)
+        return report(self, fraction, message, force)
+
+    monkeypatch.setattr(runs._Progress, "report", cancel_once_started)
+    assert execute(run.pk) == WhatIfRunState.CANCELLED
+    run.refresh_from_db()
+    assert run.state == WhatIfRunState.CANCELLED and "policies" not in run.results
+    pids = [int(p.stem) for p in tmp_path.glob("*.pid")]
+    assert pids
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
