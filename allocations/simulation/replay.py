@@ -144,6 +144,13 @@ class Replay:
         self.serial = 0
         self.used: dict[tuple[str, str], int] = {}
         self.pending_gpus: dict[tuple[str, str], tuple[int, int]] = {}
+        # What the accounting of ``_measure`` reads besides the pending GPUs: it is made again
+        # only when one of these moved (a start or stop, a team or policy update).
+        self.used_version = 0
+        self.setup_version = 0
+        self._accounted: tuple[object, ...] | None = None
+        self._team_rates: dict[str, tuple[float, float, float, float]] = {}
+        self._type_rates: tuple[int, int, dict[str, int]] = (0, 0, {})
         self.reasons: Mapping[str, PendingReason] = {}
 
         self.submits = sorted(
@@ -220,6 +227,7 @@ class Replay:
             self.node_jobs[name].add(spec.seq)
         self.running[spec.seq] = run
         self._add(self.used, (spec.team, spec.instance_type), spec.gpus)
+        self.used_version += 1
         if spec.duration is not None:
             heapq.heappush(self.finishes, (started_at + spec.duration, spec.seq, run.generation))
 
@@ -231,6 +239,7 @@ class Replay:
         del self.running[spec.seq]
         self._removed(self.running_jobs.pop(spec.seq))
         self._add(self.used, (spec.team, spec.instance_type), -spec.gpus)
+        self.used_version += 1
         run.nodes = ()
         run.generation += 1
 
@@ -301,8 +310,10 @@ class Replay:
             elif isinstance(action, UpdateTeam):
                 self.teams[action.team.name] = action.team
                 self.teams_tuple = tuple(self.teams.values())
+                self.setup_version += 1
             elif isinstance(action, UpdatePolicy):
                 self.policy = action.policy
+                self.setup_version += 1
 
     def _node_down(self, action: NodeDown, now: float) -> None:
         """The nodes with the fewest GPUs in use go first (then file order); their jobs go
@@ -452,31 +463,39 @@ class Replay:
     # Metrics
 
     def _measure(self) -> None:
-        """The rates that hold until the next time something happens."""
-        acc = account(
-            instance_types=self.capacity.keys(),
-            capacity=self.capacity,
-            teams=self.teams_tuple,
-            policy=self.policy,
-            used=self.used,
-            pending=self.pending_gpus,
-        )
-        teams: dict[str, list[float]] = {}
-        for row in acc.teams:
-            t = teams.setdefault(row.team, [0.0, 0.0, 0.0, 0.0])
-            t[0] += row.used
-            t[1] += row.borrowed
-            t[2] += row.lent
-            t[3] += row.idle_quota
-        capacity = sum(r.capacity for r in acc.instance_types)
-        allocated = sum(r.allocated for r in acc.instance_types)
-        idle_waiting = sum(min(r.idle, r.pending_gpus) for r in acc.instance_types)
-        self.rates = (
-            {k: (v[0], v[1], v[2], v[3]) for k, v in teams.items()},
-            capacity,
-            allocated,
-            idle_waiting,
-        )
+        """The rates that hold until the next time something happens. The accounting (who
+        uses, borrows and lends what) is made again only when the usage, the capacity, a team
+        or the policy moved since the last time: an instant where jobs were only submitted
+        changes nothing of it but the GPUs waiting."""
+        key = (self.used_version, self.setup_version, tuple(self.capacity.items()))
+        if key != self._accounted:
+            acc = account(
+                instance_types=self.capacity.keys(),
+                capacity=self.capacity,
+                teams=self.teams_tuple,
+                policy=self.policy,
+                used=self.used,
+            )
+            teams: dict[str, list[float]] = {}
+            for row in acc.teams:
+                t = teams.setdefault(row.team, [0.0, 0.0, 0.0, 0.0])
+                t[0] += row.used
+                t[1] += row.borrowed
+                t[2] += row.lent
+                t[3] += row.idle_quota
+            self._team_rates = {k: (v[0], v[1], v[2], v[3]) for k, v in teams.items()}
+            self._type_rates = (
+                sum(r.capacity for r in acc.instance_types),
+                sum(r.allocated for r in acc.instance_types),
+                {r.instance_type: r.idle for r in acc.instance_types},
+            )
+            self._accounted = key
+        capacity, allocated, idle = self._type_rates
+        waiting: dict[str, int] = {}
+        for (_, instance_type), (gpus, _) in self.pending_gpus.items():
+            waiting[instance_type] = waiting.get(instance_type, 0) + gpus
+        idle_waiting = sum(min(free, waiting.get(name, 0)) for name, free in idle.items())
+        self.rates = (self._team_rates, capacity, allocated, idle_waiting)
 
     def _integrate(self, to: float) -> None:
         span = to - self.last_time
