@@ -557,6 +557,12 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
     own_team = rec.team
     within = tt.usage + rec.gpus <= tt.quota
     own = own_candidates(rec)
+    if _team_limit_hopeless(rec, own, within_quota=False):
+        # Its own team's limit, usage and candidates decide this, and the memory of failed
+        # searches holds the team's borrowed GPUs and usage: nothing another team does
+        # changes it, so it is remembered as long as a failure at the share bound.
+        state.share_bound = True
+        return None
     if (
         not own
         and not within
@@ -566,8 +572,6 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
         # Rules A and B both need a victim team with a share at least the preemptor's after
         # admission; no team borrowing here has one (a bound on the candidates' teams below).
         state.share_bound = True
-        return None
-    if _team_limit_hopeless(rec, own, within_quota=False):
         return None
     own_gpus = sum(c.gpus for c in own)
     floor: ShareKey | None = None
