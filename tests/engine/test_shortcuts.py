@@ -25,6 +25,7 @@ from allocations.engine import (
     InstanceType,
     Job,
     Node,
+    Plan,
     PreemptTeamTasks,
     PriorityClass,
     Queueing,
@@ -144,6 +145,27 @@ def test_busy_clusters_exercise_preemption() -> None:
     assert preempted > 20
 
 
+def fair_share_plan(seed: int, share_unallocated: bool) -> Plan:
+    """The plan of a busy fair-share cluster (first-come-first-serve ranking), after checking
+    that the cycles one pop per job and without shortcuts give the same."""
+    policy = ClusterPolicy(
+        IdleAllocation.FAIR_SHARE,
+        TaskRanking.FIRST_COME_FIRST_SERVE,
+        share_unallocated,
+        Queueing.BEST_EFFORT_FIFO,
+        CLASSES,
+    )
+    snapshot = busy_cluster(random.Random(seed), policy)
+    plan = allocate(snapshot, 0.0)
+    assert plan == allocate_plainly(snapshot, 0.0)
+    assert plan == allocate_one_by_one(snapshot, 0.0)
+    return plan
+
+
+def victims_of(plan: Plan, preemptor: str) -> set[str]:
+    return {p.job_id for p in plan.preemptions if p.preemptor == preemptor}
+
+
 @pytest.mark.parametrize(
     ("seed", "share_unallocated", "preemptor", "victims"),
     [
@@ -161,18 +183,7 @@ def test_a_failed_fair_share_search_is_tried_again_once_its_teams_share_moves(
     runs; the next search of the same shape finds victims (a higher share makes rule A reject
     a victim the greedy search took before, and the search goes another way). The memory of
     failed searches once kept the first answer and left the job waiting."""
-    policy = ClusterPolicy(
-        IdleAllocation.FAIR_SHARE,
-        TaskRanking.FIRST_COME_FIRST_SERVE,
-        share_unallocated,
-        Queueing.BEST_EFFORT_FIFO,
-        CLASSES,
-    )
-    snapshot = busy_cluster(random.Random(seed), policy)
-    plan = allocate(snapshot, 0.0)
-    assert plan == allocate_plainly(snapshot, 0.0)
-    assert plan == allocate_one_by_one(snapshot, 0.0)
-    assert {p.job_id for p in plan.preemptions if p.preemptor == preemptor} == victims
+    assert victims_of(fair_share_plan(seed, share_unallocated), preemptor) == victims
 
 
 @pytest.mark.parametrize(
@@ -188,18 +199,8 @@ def test_a_search_that_found_no_share_as_high_is_tried_again_once_another_share_
     job that borrows, its share rises above the preemptor's, and the next job of the failed
     shape takes that team's job. Found by keeping that memory across every change (these
     clusters then leave the job waiting)."""
-    policy = ClusterPolicy(
-        IdleAllocation.FAIR_SHARE,
-        TaskRanking.FIRST_COME_FIRST_SERVE,
-        share_unallocated,
-        Queueing.BEST_EFFORT_FIFO,
-        CLASSES,
-    )
-    snapshot = busy_cluster(random.Random(seed), policy)
-    plan = allocate(snapshot, 0.0)
-    assert plan == allocate_plainly(snapshot, 0.0)
-    assert plan == allocate_one_by_one(snapshot, 0.0)
-    assert {p.job_id for p in plan.preemptions if p.preemptor == preemptor} == victims
+    plan = fair_share_plan(seed, share_unallocated)
+    assert victims_of(plan, preemptor) == victims
     assert preemptor in {s.job_id for s in plan.starts}
 
 
@@ -208,15 +209,4 @@ def test_a_failed_search_is_tried_again_once_a_team_borrowing_there_loses_a_job_
     which other teams' searches on another type read where that team borrows: their failures
     there are forgotten (and only there). Found by forgetting them on the victim's type only:
     this cluster then leaves p87 waiting, where the cycle without shortcuts takes r12."""
-    policy = ClusterPolicy(
-        IdleAllocation.FAIR_SHARE,
-        TaskRanking.FIRST_COME_FIRST_SERVE,
-        False,
-        Queueing.BEST_EFFORT_FIFO,
-        CLASSES,
-    )
-    snapshot = busy_cluster(random.Random(1718), policy)
-    plan = allocate(snapshot, 0.0)
-    assert plan == allocate_plainly(snapshot, 0.0)
-    assert plan == allocate_one_by_one(snapshot, 0.0)
-    assert [p.job_id for p in plan.preemptions if p.preemptor == "p87"] == ["r12"]
+    assert victims_of(fair_share_plan(1718, False), "p87") == {"r12"}
