@@ -4,9 +4,18 @@ No Django, Celery, Plotly or ORM import here: the Celery loop, ``manage.py simul
 what-if lab all call the same ``allocate(snapshot, now)``.
 """
 
-from .cycle import allocate
-from .ranking import job_priority
-from .snapshot import (
+# The mypyc-compiled build of these modules, when it is up to date, is found before them
+# (``compiled.py`` says when; ``BUILD`` below says which runs).
+from . import compiled as _compiled
+
+_build_path = _compiled.package_path()
+if _build_path is not None:
+    __path__.insert(0, _build_path)
+
+from . import cycle as _cycle  # noqa: E402 - after the build is on the path
+from .cycle import allocate  # noqa: E402
+from .ranking import job_priority  # noqa: E402
+from .snapshot import (  # noqa: E402
     ClusterPolicy,
     IdleAllocation,
     InstanceType,
@@ -29,9 +38,13 @@ from .snapshot import (
     TaskRanking,
     Team,
 )
-from .state import never_fits
+from .state import never_fits  # noqa: E402
+
+# "compiled" or "interpreted": which build of the engine this process runs.
+BUILD = "compiled" if _build_path is not None and _cycle.__file__.startswith(_build_path) else "interpreted"
 
 __all__ = [
+    "BUILD",
     "ClusterPolicy",
     "IdleAllocation",
     "InstanceType",

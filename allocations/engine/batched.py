@@ -207,7 +207,9 @@ class _Team:
         while heap:
             key, _, shape = heap[0]
             at = shape.at
-            if at < len(shape.keys) and shape.keys[at] is key:
+            # Equal, not identical: compiled by mypyc, a slot is a C struct boxed anew each
+            # time it is read. Ids are unique, so an equal slot is the same job's.
+            if at < len(shape.keys) and shape.keys[at] == key:
                 return shape
             heapq.heappop(heap)  # stale: that shape has moved on
         return None

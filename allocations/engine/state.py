@@ -36,14 +36,14 @@ from .snapshot import (
 )
 
 _NO_QUOTA = Quota()
-_id, _team, _instance_type, _gpus_of = (attrgetter(a) for a in ("id", "team", "instance_type", "gpus"))
+_id, _team, _instance_type, _gpus_of = [attrgetter(a) for a in ("id", "team", "instance_type", "gpus")]
 # Pending jobs grouped in one pass (``CycleState.pending_groups``); a shape is made of these,
 # those preempted before then looked at one by one (their back-off, POLICY.md 3.5).
 _grouping = attrgetter("team", "instance_type", "gpus", "priority_class", "preemptions")
 Grouping = tuple[str, str, int, str | None, int]
-_submit_time, _seq, _priority_class, _nodes = (
+_submit_time, _seq, _priority_class, _nodes = [
     attrgetter(a) for a in ("submit_time", "seq", "priority_class", "nodes")
-)
+]
 # A pending job in its group: its queue order key (POLICY.md 3.1: minus its priority, submit
 # time, seq, id) and the job, made in the snapshot's order (``CycleState._build``).
 GroupSlot = tuple[int, float, int, str, Job]
