@@ -145,28 +145,21 @@ def write_history(jobs: int, teams: int, days: int, seed: int) -> tuple[object, 
 
 def replay_one(data: dict[str, Any], policies: list[dict[str, Any]], index: int, prices: dict[str, float],
                ticker: bool = False) -> str:  # fmt: skip
-    """One policy's replay as the lab runs it (scenario, replay with the reason recorder,
-    figures), timed, with the engine's own time beside it; returns the line to print."""
+    """One policy's replay as the lab runs it (``runs.replay_policy``: the scenario, the replay
+    with the reason recorder, the figures), timed, with the engine's own time beside it;
+    returns the line to print."""
     from allocations.engine.session import Session
-    from allocations.simulation import parse_scenario
-    from allocations.simulation.replay import Replay
-    from allocations.whatif import figures, runs
+    from allocations.whatif import runs
 
     entry = policies[index]
-    t0 = time.perf_counter()
-    scenario = parse_scenario(runs.scenario_data(data, policies, entry["key"]), keep_unfit=True)
-    t_parse = time.perf_counter() - t0
-    t0 = time.perf_counter()
     engine = EngineClock(Session())
-    recorder = figures.ReasonRecorder(engine)
     progress = Ticker(entry["name"], engine) if ticker else None
-    result = Replay(scenario, allocate=recorder, progress=progress).run()
-    recorder.finish(result.end_time)
-    shown, _jobs = figures.figures(result, scenario, prices, recorder)
+    t0 = time.perf_counter()
+    shown, _jobs = runs.replay_policy(data, policies, index, prices, progress, engine=engine)
     t_lab = time.perf_counter() - t0
     c = shown["cluster"]
     return (
-        f"{entry['name']:>6}: parse {t_parse:5.1f} s, replay+reasons+figures {t_lab:6.1f} s "
+        f"{entry['name']:>6}: scenario+replay+reasons+figures {t_lab:6.1f} s "
         f"(baseline: the engine's allocate {engine.seconds:6.1f} s of it); {c['cycles']:,} cycles, "
         f"utilization {100 * c['utilization']:.1f}%, idle while waiting "
         f"{c['idle_while_waiting_gpu_hours']:,.0f} GPU-h, mean wait {c['wait_mean_s'] / 60:.1f} min; "

@@ -238,12 +238,14 @@ def replay_policy(
     index: int,
     prices: Mapping[str, float],
     progress: Any = None,
+    engine: Any = None,
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """The window replayed under policy ``index``: its figures and its jobs (no database)."""
+    """The window replayed under policy ``index``: its figures and its jobs (no database).
+    ``engine`` is the ``allocate`` the replay calls (default: a new engine ``Session``)."""
     from allocations.engine.session import Session
 
     scenario = parse_scenario(scenario_data(history_data, policies, policies[index]["key"]), keep_unfit=True)
-    recorder = figures.ReasonRecorder(Session())
+    recorder = figures.ReasonRecorder(engine if engine is not None else Session())
     result = Replay(scenario, allocate=recorder, progress=progress).run()
     recorder.finish(result.end_time)
     return figures.figures(result, scenario, prices, recorder)
