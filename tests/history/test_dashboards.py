@@ -250,11 +250,16 @@ def test_a_90_day_range_merges_hours_into_5_hour_points(personas) -> None:  # ty
     assert all(p["t"] % (5 * 3600) == 0 for p in points)
 
 
-def test_a_day_merges_minutes_into_3_minute_averages(personas) -> None:  # type: ignore[no-untyped-def]
-    """Two of three minutes with 12 GPUs used, one with none: the point averages 8."""
+@pytest.mark.parametrize("minutes_past_the_hour", [2, 30])
+def test_a_day_merges_minutes_into_3_minute_averages(personas, minutes_past_the_hour: int) -> None:  # type: ignore[no-untyped-def]
+    """Two of three minutes with 12 GPUs used, one with none: the point averages 8. The minutes
+    are sampled and rolled up as beat's ``history_tick`` does; at 2 past the hour they fall in
+    the hour before, a whole hour of the window, read from its rollup (the test failed on the
+    clock in CI once, when it sampled without rolling up)."""
     from tests import factories as f
 
-    now = timezone.now().replace(second=0, microsecond=0)
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+    now = hour + timedelta(minutes=minutes_past_the_hour)
     start = now - timedelta(minutes=(int(now.timestamp()) // 60) % 3 + 3)  # a point's first minute
     history.history_sample(now=start)
     f.make_job(
@@ -268,6 +273,7 @@ def test_a_day_merges_minutes_into_3_minute_averages(personas) -> None:  # type:
     )
     history.history_sample(now=start + timedelta(minutes=1))
     history.history_sample(now=start + timedelta(minutes=2))
+    history.history_rollup(now=start + timedelta(minutes=2))
     window = selectors.window_for("1d", now)
     (point,) = [p for p in selectors.capacity_points(window) if p["t"] == int(start.timestamp())]
     assert (point["samples"], point["allocated"], point["idle"]) == (3, 8, 8)
