@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from allocations.engine import BUILD as ENGINE_BUILD
 from allocations.engine import (
     ClusterPolicy,
     IdleAllocation,
@@ -246,6 +247,7 @@ def main() -> None:
     if args.stepped:
         grid += [("stepped", 100_000, 10_000, 200, 2_000)]
     header = f"{'cluster':<8} {'pending':>8} {'running':>8} {'teams':>6} {'nodes':>6} {'mode':<22} {'cycle s':>8} {'floor s':>8} {'ratio':>6} {'starts':>7} {'preempt':>7} {'peak MB':>8}"
+    print(f"engine build: {ENGINE_BUILD} (GPUGOV_ENGINE=interpreted or compiled chooses)")
     print(header)
     print("-" * len(header))
     for kind, pending, running, teams, nodes in grid:

@@ -140,6 +140,9 @@ def main() -> int:
     if not args.trace.exists():
         print(f"{args.trace} not found (it is in the shared traces, ../shared/traces)", file=sys.stderr)
         return 2
+    from allocations.engine import BUILD
+
+    print(f"engine build: {BUILD} (GPUGOV_ENGINE=interpreted or compiled chooses)", file=sys.stderr)
     quotas = vc_quotas(args.vc_nodes)
     rows = []
     for policy in args.policies.split(","):

@@ -205,8 +205,11 @@ def main() -> int:
             print(f"history written: {args.jobs:,} jobs, {args.teams} teams, {NODES} nodes "
                   f"in {time.perf_counter() - started:.1f} s")  # fmt: skip
 
+        from allocations.engine import BUILD
         from allocations.models import InstanceType
         from allocations.whatif import drafts, history
+
+        print(f"engine build: {BUILD} (GPUGOV_ENGINE=interpreted or compiled chooses)")
 
         # The live policy, and a draft that lends whole quotas and borrows without limit.
         live = drafts.live_body()
