@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
+from collections.abc import Iterable
 from operator import attrgetter
 
 from .ranking import ShareKey, share_key
@@ -174,15 +175,7 @@ class Borrowers:
         if self.share_at != state.share_version:
             self.top = [max(map(_share_index, self.teams), default=_NOBODY)]
             self.share_at = state.share_version
-        top = self.top
-        if top[0][1] != own.index:
-            return top[0][0] >= floor
-        if len(top) == 1:
-            first = top[0][1]
-            top.append(
-                max((item for item in map(_share_index, self.teams) if item[1] != first), default=_NOBODY)
-            )
-        return top[1][0] >= floor
+        return _highest_but(self.top, own.index, self.teams) >= floor
 
 
 def borrowers(
@@ -212,12 +205,17 @@ def _top_share(state: CycleState, ts: TypeState, own: TeamState) -> ShareKey:
         first = max(map(_share_index, map(state.team_list.__getitem__, ts.borrowers)), default=_NOBODY)
         kept = (state.share_version, ts.cand_version, [first])
         state.top_shares[ts.name] = kept
-    top = kept[2]
-    if top[0][1] != own.index:
+    return _highest_but(kept[2], own.index, map(state.team_list.__getitem__, ts.borrowers))
+
+
+def _highest_but(top: list[tuple[ShareKey, int]], own: int, teams: Iterable[TeamState]) -> ShareKey:
+    """The highest share of a team other than ``own`` among ``teams``, from ``top``: their
+    highest (share, team index) and, once asked for, the highest but that team's, which is
+    read from ``teams`` then and kept in ``top``."""
+    if top[0][1] != own:
         return top[0][0]
-    if len(top) == 1:  # the second highest, read when first asked for
-        teams = map(state.team_list.__getitem__, ts.borrowers - {own.index})
-        top.append(max(map(_share_index, teams), default=_NOBODY))
+    if len(top) == 1:
+        top.append(max((item for item in map(_share_index, teams) if item[1] != own), default=_NOBODY))
     return top[1][0]
 
 
