@@ -61,7 +61,8 @@ class Ticker:
         self.last = time.perf_counter()
         print(
             f"  {self.name}: {100 * now / (end or 1):5.1f}% of the window, {done:,}/{total:,} jobs done after "
-            f"{self.last - self.started:6.0f} s ({self.engine.seconds:6.0f} s in the engine)"
+            f"{self.last - self.started:6.0f} s ({self.engine.seconds:6.0f} s in the engine)",
+            flush=True,  # also when the output goes to a file: the pace as it goes
         )
 
 
