@@ -59,11 +59,11 @@ def stale_reason() -> str | None:
     try:
         stamp = json.loads(STAMP.read_text())
     except FileNotFoundError:
-        return f"no compiled build in {BUILD_ROOT} (make builds it)"
+        return f"no compiled build in {BUILD_ROOT}: make builds it"
     except (OSError, ValueError) as exc:
         return f"the build's stamp {STAMP} cannot be read: {exc}"
     if not isinstance(stamp, dict) or stamp.get("digest") != source_digest():
-        return "the compiled build is older than the sources (make builds it again)"
+        return "the compiled build is older than the sources: make builds it again"
     return None
 
 
