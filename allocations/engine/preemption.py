@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from operator import attrgetter
 
 from .ranking import ShareKey, share_key
@@ -205,17 +205,23 @@ def _top_share(state: CycleState, ts: TypeState, own: TeamState) -> ShareKey:
         first = max(map(_share_index, map(state.team_list.__getitem__, ts.borrowers)), default=_NOBODY)
         kept = (state.share_version, ts.cand_version, [first])
         state.top_shares[ts.name] = kept
-    return _highest_but(kept[2], own.index, map(state.team_list.__getitem__, ts.borrowers))
+    return _highest_but(kept[2], own.index, state.team_list, ts.borrowers)
 
 
-def _highest_but(top: list[tuple[ShareKey, int]], own: int, teams: Iterable[TeamState]) -> ShareKey:
-    """The highest share of a team other than ``own`` among ``teams``, from ``top``: their
-    highest (share, team index) and, once asked for, the highest but that team's, which is
-    read from ``teams`` then and kept in ``top``."""
+def _highest_but(
+    top: list[tuple[ShareKey, int]],
+    own: int,
+    teams: Sequence[TeamState],
+    indices: Iterable[int] | None = None,
+) -> ShareKey:
+    """The highest share of a team other than ``own`` among ``teams`` (those at ``indices``
+    when given), from ``top``: their highest (share, team index) and, once asked for, the
+    highest but that team's, which is read from the teams only then and kept in ``top``."""
     if top[0][1] != own:
         return top[0][0]
     if len(top) == 1:
-        top.append(max((item for item in map(_share_index, teams) if item[1] != own), default=_NOBODY))
+        chosen = teams if indices is None else map(teams.__getitem__, indices)
+        top.append(max((item for item in map(_share_index, chosen) if item[1] != own), default=_NOBODY))
     return top[1][0]
 
 
