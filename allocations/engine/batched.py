@@ -207,9 +207,12 @@ class _Team:
         while heap:
             key, _, shape = heap[0]
             at = shape.at
-            # Equal, not identical: compiled by mypyc, a slot is a C struct boxed anew each
-            # time it is read. Ids are unique, so an equal slot is the same job's.
-            if at < len(shape.keys) and shape.keys[at] == key:
+            # The same job in the slot, by identity of the job, not equality of the slots:
+            # compiled by mypyc, a slot is a C struct boxed anew each time it is read, and its
+            # ``==`` compares the jobs with the dataclass ``__eq__`` (field by field, in Python:
+            # a fifth of a what-if replay's engine time), where ``tuple.__eq__`` first tests
+            # identity.
+            if at < len(shape.keys) and shape.keys[at][4] is key[4]:
                 return shape
             heapq.heappop(heap)  # stale: that shape has moved on
         return None
