@@ -4,16 +4,19 @@
     .venv/bin/python scripts/build_engine.py [--force]
 
 Does nothing when the build is up to date. A machine without a C compiler or Python's headers
-keeps the interpreted engine: the build fails with the compiler's message, and ``make`` goes on
-unless CI=true (CI tests the build users run)."""
+keeps the interpreted engine: the build says which of the two is missing before mypyc starts
+(not a compiler's error), or fails with the compiler's message, and ``make`` goes on unless
+CI=true (CI tests the build users run)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shlex
 import shutil
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -22,6 +25,19 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from allocations.engine import compiled  # noqa: E402
+
+
+def missing_tools() -> str | None:
+    """What a build needs and this machine lacks (the C compiler setuptools would call, or
+    ``Python.h``), or None."""
+    cc = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    words = shlex.split(cc)
+    if not words or shutil.which(words[0]) is None:
+        return f"no C compiler: {words[0] if words else cc!r} is not on PATH, and CC names no other"
+    include = Path(sysconfig.get_paths()["include"])
+    if not (include / "Python.h").is_file():
+        return f"no Python headers: {include / 'Python.h'} is missing; the python3-dev package has them"
+    return None
 
 
 def build() -> None:
@@ -70,6 +86,10 @@ def main() -> int:
     if not args.force and compiled.stale_reason() is None:
         print(f"build-engine: {compiled.BUILD_ROOT} is up to date")
         return 0
+    missing = missing_tools()
+    if missing is not None:
+        print(f"build-engine: cannot build, {missing}. The engine runs from its sources.", file=sys.stderr)
+        return 1
     started = time.monotonic()
     print("build-engine: compiling the engine with mypyc (about a minute)", flush=True)
     try:

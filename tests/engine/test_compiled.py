@@ -97,3 +97,26 @@ def test_an_unknown_choice_names_the_variable_and_the_value() -> None:
     out = _run("import allocations.engine", REPO, "fast")
     assert out.returncode != 0
     assert "GPUGOV_ENGINE: must be one of auto, interpreted, compiled, got 'fast'" in out.stderr
+
+
+def test_a_machine_without_a_compiler_keeps_its_build_and_is_told_why_at_once(tmp_path: Path) -> None:
+    """``make`` tries the build on every run; without a compiler it says so before mypyc starts
+    (not with the compiler's error), and leaves whatever build there is as it was."""
+    checkout = _copy_of_the_engine(tmp_path)
+    (checkout / "scripts").mkdir()
+    shutil.copy(REPO / "scripts" / "build_engine.py", checkout / "scripts")
+    stamp = checkout / "build" / "engine" / "stamp.json"
+    before = stamp.read_text()
+    env = {**os.environ, "CC": "gpugov-no-such-cc --quiet", "PYTHONPATH": str(checkout)}
+    out = subprocess.run(
+        [sys.executable, str(checkout / "scripts" / "build_engine.py"), "--force"],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 1
+    assert "cannot build, no C compiler: 'gpugov-no-such-cc' is not on PATH" in out.stderr
+    assert "compiling" not in out.stdout  # refused before the build began
+    assert stamp.read_text() == before
+    assert not (checkout / "build" / "engine.new").exists()
