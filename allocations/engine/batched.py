@@ -210,7 +210,7 @@ class _Team:
             # The same job in the slot, by identity of the job, not equality of the slots:
             # compiled by mypyc, a slot is a C struct boxed anew each time it is read, and its
             # ``==`` compares the jobs with the dataclass ``__eq__`` (field by field, in Python:
-            # a fifth of a what-if replay's engine time), where ``tuple.__eq__`` first tests
+            # 14% of a what-if replay's engine time), where ``tuple.__eq__`` first tests
             # identity.
             if at < len(shape.keys) and shape.keys[at][4] is key[4]:
                 return shape
