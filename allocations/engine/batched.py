@@ -245,6 +245,12 @@ class Queues:
         # added or moved out of their back-off included). Not under strict FIFO, where only a
         # job really decided in the cycle blocks its team.
         self.epoch_base = 0
+        # Kept by a ``Session`` after a cycle that changed nothing, for as long as no running
+        # job is added or removed: the pending jobs added since, with the shape each went to
+        # (the reason, for an inactive team's), and the ids of those taken out
+        # (``BatchedCycle.quiet``). None: not kept.
+        self.quiet_added: dict[str, _Shape | PendingReason] | None = None
+        self.quiet_gone: set[str] = set()
         self._shapes(self.state.pending_groups)
         self.state.pending_groups = {}
 
@@ -311,6 +317,8 @@ class Queues:
         team = self.state.teams[job.team]
         if not team.team.active:
             self.inactive.setdefault(team.index, {})[job.id] = None
+            if self.quiet_added is not None:
+                self.quiet_added[job.id] = _inactive(team)
             return
         static = self.may_look(team, job.instance_type, job.gpus)
         eligible = static and not self._backed_off(job, self.now, static)
@@ -320,17 +328,22 @@ class Queues:
         key: Slot = (-ident[3], job.submit_time, job.seq, job.id, job)
         shape = self.teams[ident[0]].by_ident.get(ident)
         if shape is None:
-            self.new_shape(ident, [key])
-            return
-        at = bisect_left(shape.keys, key)
-        shape.keys.insert(at, key)
-        shape.ids.insert(at, job.id)
+            shape = self.new_shape(ident, [key])
+        else:
+            at = bisect_left(shape.keys, key)
+            shape.keys.insert(at, key)
+            shape.ids.insert(at, job.id)
+        if self.quiet_added is not None:
+            self.quiet_added[job.id] = shape
 
     def remove_pending(self, job: Job) -> bool:
         """Take a pending job out of its shape; False when it is in none (or another job)."""
         team = self.state.teams[job.team]
         if not team.team.active:
-            return self.inactive.get(team.index, {}).pop(job.id, 0) is None
+            if self.inactive.get(team.index, {}).pop(job.id, 0) is not None:
+                return False
+            self._gone(job.id)
+            return True
         for eligible in (True, False):
             ident = self.ident(job, eligible)
             shape = self.teams[team.index].by_ident.get(ident)
@@ -343,11 +356,18 @@ class Queues:
                 self.records.pop(id(job), None)
                 if not shape.keys:
                     self.teams[team.index].drop(shape)
+                self._gone(job.id)
                 return True
         return False
 
+    def _gone(self, job_id: str) -> None:
+        if self.quiet_added is not None:
+            self.quiet_added.pop(job_id, None)
+            self.quiet_gone.add(job_id)
+
     def add_running(self, job: Job) -> JobRecord:
         self.epoch_base += 1
+        self.quiet_added = None
         rec = self.state.record(job)
         tt = rec.tt
         tt.candidates.pop()
@@ -359,6 +379,7 @@ class Queues:
 
     def remove_running(self, rec: JobRecord) -> None:
         self.epoch_base += 1
+        self.quiet_added = None
         self.state.remove(rec)
         tt = rec.tt
         tt.drop_candidate(rec)
@@ -407,6 +428,7 @@ class BatchedCycle:
         self.changes: list[tuple[JobRecord, tuple[NodeShare, int, float | None] | None]] = []
         self.inserted: list[tuple[_Shape, JobRecord]] = []
         self.created: list[_Shape] = []
+        self.rested = False  # set by ``run``: the cycle changed nothing (not under strict FIFO)
 
     # -- keys ------------------------------------------------------------------------------
     def _rank(self, team: TeamState, shape: _Shape) -> tuple[int, ...]:
@@ -685,7 +707,49 @@ class BatchedCycle:
         self._finish()
         rested = self.epoch == self.queues.epoch_base and not self.strict
         self.queues.epoch_base = self.epoch if rested else self.epoch + 1
+        self.rested = rested
         return Plan(starts=tuple(self.starts), preemptions=tuple(self.preemptions), pending=self.pending)
+
+    def quiet(self, before: dict[str, PendingReason]) -> Plan | None:
+        """``run``, for the cycle after one that changed nothing (``before``: its reasons) when
+        since then only pending jobs came and went (``Queues.quiet_added`` and ``quiet_gone``):
+        the accounting is the very same, so every shape that failed then fails again with the
+        same reason (as ``run`` finds from the shapes' memory), and only the first job of a
+        shape with no such memory is decided. When they all fail too, nothing changes and the
+        plan is ``before`` with the jobs that came and went; otherwise (a start, a preemption
+        or a hold) it returns None: ``undo``, and ``run`` a new cycle. About 40% of a what-if
+        replay's cycles are such cycles: a submission or a back-off ending, at an instant after
+        one that came to rest. Not for a lone team's new jobs (each is decided on its own), nor
+        under strict FIFO."""
+        added = self.queues.quiet_added
+        assert added is not None and not self.strict
+        epoch = self.epoch
+        for item in added.values():
+            if isinstance(item, PendingReason):
+                continue
+            shape = item
+            team = self.teams[shape.ident[0]]
+            if team.lone:  # its jobs share no decision, nor any memory of one
+                return None
+            if shape.unfit is not None or shape.fail_epoch == epoch:
+                continue
+            self._decide(team, shape, self._record(team, shape))
+            if self.epoch != epoch:
+                if shape.fail_epoch > epoch:  # a hold: that memory is of a state to be undone
+                    shape.fail_epoch = -1
+                return None
+        pending = before.copy()
+        for job_id in self.queues.quiet_gone:
+            pending.pop(job_id, None)
+        for job_id, item in added.items():
+            if isinstance(item, PendingReason):
+                pending[job_id] = item
+            else:
+                reason = item.unfit or item.fail_reason
+                assert reason is not None
+                pending[job_id] = reason
+        self.rested = True
+        return Plan(pending=pending)
 
     def _finish(self) -> None:
         """Reasons for the jobs left behind a blocked head (strict FIFO)."""

@@ -5,7 +5,9 @@ teams and policy, and the same ``Job`` for every job that did not change. A ``Se
 what a cycle starts from (``batched.Queues``: the accounting of the running jobs and each team's
 pending jobs sorted by shape) and, at the next call, brings it up to date with the jobs that
 differ, by object identity: a few inserts and removals instead of a rebuild. Each cycle's own
-changes are taken back afterwards, since the next snapshot says what was applied.
+changes are taken back afterwards, since the next snapshot says what was applied. After a
+cycle that changed nothing, while only pending jobs come and go, the next cycle decides only
+the new jobs' shapes (``BatchedCycle.quiet``).
 
 Every call returns exactly ``allocate(snapshot, now)`` (the tests compare them cycle by cycle).
 Whatever the session cannot follow (other teams, nodes or policy, time going back, a job it
@@ -15,9 +17,11 @@ cannot place) makes it start again from the snapshot, which also raises the same
 
 from __future__ import annotations
 
+from typing import cast
+
 from .batched import BatchedCycle, Queues
 from .cycle import gc_paused
-from .snapshot import Job, Plan, Snapshot
+from .snapshot import Job, PendingReason, Plan, Snapshot
 from .state import JobRecord
 
 
@@ -31,7 +35,12 @@ class Session:
         self._records: dict[int, JobRecord] = {}  # id() of a running job -> its record
         self._ids: set[str] = set()
         self._serial: int | None = None  # the serial of the last snapshot
+        # The reasons of the last cycle when it changed nothing (``BatchedCycle.quiet``): the
+        # session reads that plan's ``pending`` again, so callers leave it as it is.
+        self._quiet: dict[str, PendingReason] | None = None
         self.rebuilds = 0  # how often it started again from a snapshot
+        self.quiet_cycles = 0  # cycles decided by ``BatchedCycle.quiet``
+        self.quiet_given_up = 0  # and those it gave up (a new job changed something)
 
     def __call__(self, snapshot: Snapshot, now: float) -> Plan:
         with gc_paused():
@@ -40,6 +49,8 @@ class Session:
     def _cycle(self, snapshot: Snapshot, now: float) -> Plan:
         queues = self._queues
         self._queues = None  # until this call has brought it up to date
+        quiet = self._quiet
+        self._quiet = None
         if queues is None or not self._update(queues, snapshot, now):
             queues = Queues(snapshot, now)
             self.rebuilds += 1
@@ -49,13 +60,28 @@ class Session:
             self._ids = {job.id for job in jobs}
         self._queues = queues
         self._serial = snapshot.serial
-        cycle = BatchedCycle(queues, now)
         try:
-            plan = cycle.run()
-            cycle.undo()
+            plan: Plan | None = None
+            if quiet is not None and queues.quiet_added is not None:
+                cycle = BatchedCycle(queues, now)
+                plan = cycle.quiet(quiet)
+                cycle.undo()
+                if plan is None:
+                    self.quiet_given_up += 1
+                else:
+                    self.quiet_cycles += 1
+            if plan is None:
+                cycle = BatchedCycle(queues, now)
+                plan = cycle.run()
+                cycle.undo()
         except BaseException:
             self._queues = None
             raise
+        if cycle.rested:
+            self._quiet = cast(dict[str, PendingReason], plan.pending)
+            queues.quiet_added, queues.quiet_gone = {}, set()
+        else:
+            queues.quiet_added = None
         return plan
 
     def _update(self, queues: Queues, snapshot: Snapshot, now: float) -> bool:

@@ -131,6 +131,55 @@ def test_a_session_gives_the_engines_plan_at_every_cycle_of_a_replay(seed: int) 
     assert both.session.rebuilds <= 1 + events
 
 
+@pytest.mark.parametrize(
+    ("seed", "pitfall"),
+    [
+        (24, "hold"),
+        (309, "hold"),
+        (359, "hold"),
+        (224, "lone"),
+        (1660, "lone"),
+        (2938, "lone"),
+    ],
+)
+def test_quiet_cycles_on_replays_that_once_caught_them_out(seed: int, pitfall: str) -> None:
+    """After a cycle that changed nothing, a session decides only the new jobs' shapes
+    (``BatchedCycle.quiet``). Each of these replays differed from ``allocate`` without one
+    line of it. ``hold``: a new shape's job holds capacity, so the whole cycle runs, and must
+    not read that failure as one of its own. ``lone``: a team that preempts its newer jobs of
+    equal priority decides each job on its own, so a job out of its back-off does not fail
+    because its shape did (here it preempts a newer job of its team)."""
+    both = Both()
+    replay(parse_scenario(random_scenario(random.Random(seed)), name="random"), allocate=both)
+    assert both.session.quiet_given_up > 0
+
+
+def test_most_cycles_after_a_quiet_one_decide_only_the_new_jobs() -> None:
+    """A full cluster and a stream of jobs that cannot start: each cycle after one that
+    changed nothing decides only the jobs submitted since (with the same plans as
+    ``allocate``, reasons included), until a job finishes and whole cycles run again."""
+    pools = [{"instance_type": "big", "count": 2, "gpus_per_node": 8}]
+    teams = [{"name": n, "quota": {"big": 8}, "sharing": "lend"} for n in ("a", "b")]
+    jobs = [
+        {"id": "r1", "team": "a", "instance_type": "big", "gpus": 8, "submit": 0, "duration": 500},
+        {"id": "r2", "team": "b", "instance_type": "big", "gpus": 8, "submit": 0, "duration": 900},
+    ]
+    jobs += [
+        {"id": f"w{k}", "team": "ab"[k % 2], "instance_type": "big", "gpus": 1 + k % 4, "submit": 10 + 10 * k}
+        for k in range(20)
+    ]
+    data = {"cluster": {"node_pools": pools}, "teams": teams, "jobs": jobs, "horizon": 1000}
+    both = Both()
+    result = replay(parse_scenario(data, name="quiet"), allocate=both)
+    assert result.jobs["w0"].admitted_at == (500.0,)  # when r1 finished
+    # At 0 the two jobs start and nothing is left pending; the cycle at 10 (w0) is a whole
+    # one and changes nothing; each of the 19 later submissions is decided alone, the first
+    # of each team and size as a new shape's job, the others from their shape's memory.
+    assert both.session.quiet_cycles == 19
+    assert both.session.quiet_given_up == 0
+    assert both.session.rebuilds == 1
+
+
 def test_random_replays_preempt_and_back_off() -> None:
     """The replays above are busy enough to mean something: preemptions, re-queued jobs in
     their back-off and their retry cycles happen."""
