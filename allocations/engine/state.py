@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import filterfalse, repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from .placement import NodeShare, Placement
 
@@ -47,6 +47,13 @@ _submit_time, _seq, _priority_class, _nodes = [
 # A pending job in its group: its queue order key (POLICY.md 3.1: minus its priority, submit
 # time, seq, id) and the job, made in the snapshot's order (``CycleState._build``).
 GroupSlot = tuple[int, float, int, str, Job]
+# What a pending reason's message is made of, the first item of its key (``reason_for``).
+_OVER_LIMIT: Final = 0
+_NO_BORROWING: Final = 1
+_LENT_OUT: Final = 2
+_NO_IDLE: Final = 3
+_CAPACITY_LOST: Final = 4
+_NO_PLACEMENT: Final = 5
 
 
 def _gpus(n: int) -> str:
@@ -282,6 +289,10 @@ class CycleState:
         self.other_lists: dict[tuple[str, int | None, int | None], Borrowers] = {}
         # Bumped whenever a team's share moves (its borrowed GPUs).
         self.share_version = 0
+        # Reasons made, by what their message says (``reason_for``): a replay's session asks
+        # for the same few thousand again and again (99.5% of 1.8 million in a 3-day what-if
+        # replay), and a reason is frozen, so one object serves every job and cycle that has it.
+        self.reasons: dict[tuple[object, ...], PendingReason] = {}
         self._build(snapshot)
         self.reset_epochs()
 
@@ -612,60 +623,100 @@ class CycleState:
 
     def reason_for(self, team_state: TeamState, tt: TeamType, ts: TypeState, g: int) -> PendingReason:
         """``reason`` of a job of ``g`` GPUs of that team and instance type: it reads nothing
-        else of the job."""
+        else of the job. The figures are read first; the message is written only for figures
+        not met before (``reasons``)."""
         team = team_state.team.name
         it = ts.name
         usage = tt.usage
+        key: tuple[object, ...]
         if tt.may_borrow and tt.max_use is not None and usage + g > tt.max_use:
-            return PendingReason(
-                PendingCode.BORROW_LIMIT,
-                f"{team} uses {usage} of its {tt.max_use} GPU limit on {it} "
-                f"(quota {tt.quota} + borrow limit {tt.borrow}); {g} more would exceed it",
-            )
-        if not tt.may_borrow and usage + g > tt.quota:
-            return PendingReason(
-                PendingCode.WAITING_FOR_QUOTA,
-                f"{team} uses {usage} of its {tt.quota} GPU quota on {it} and may not borrow; {g} more requested",
-            )
-        kept = tt.kept
-        above = max(0, usage + g - kept) - max(0, usage - kept)
-        available = self.pool_available(tt, ts)
-        if above and above > available:
-            idle = max(0, available)
-            if usage + g <= tt.quota:
-                held = ts.held - (tt.unused_lendable() if tt.holding else 0)
-                lent = max(0, ts.pool_used - sum_own_pool_use(tt))
-                return PendingReason(
-                    PendingCode.WAITING_FOR_QUOTA,
-                    f"{team} uses {usage} of its {tt.quota} GPU quota on {it}; its lendable quota is lent "
-                    f"out ({_gpus(lent)} of the pool borrowed, {_gpus(max(0, held))} held for reclaiming "
-                    f"teams) and may not be reclaimed now; {_gpus(idle)} idle in the pool, {above} needed",
-                )
-            uses = (
-                f"uses {usage} GPUs on {it} (no borrow limit)"
-                if tt.max_use is None
-                else f"uses {usage} of its {tt.max_use} GPU limit on {it}"
-            )
-            return PendingReason(
-                PendingCode.NO_IDLE_CAPACITY,
-                f"{team} {uses}; {_gpus(idle)} idle in the pool, {above} needed",
-            )
-        if ts.running + g > ts.capacity:
-            lost = ts.capacity_ever - ts.capacity
-            return PendingReason(
-                PendingCode.CAPACITY_LOST,
-                f"{ts.running} of the {_gpus(ts.capacity)} ready on {it} are in use "
-                f"({_gpus(lost)} on nodes not ready); {g} more requested",
-            )
-        largest = ts.placement.largest_free()
-        if g > ts.placement.gpus_per_node:
-            detail = f"{_gpus(ts.placement.empty_gpus)} on whole free nodes"
+            key = (_OVER_LIMIT, team, it, usage, tt.max_use, tt.quota, tt.borrow, g)
+        elif not tt.may_borrow and usage + g > tt.quota:
+            key = (_NO_BORROWING, team, it, usage, tt.quota, g)
         else:
-            detail = f"at most {_gpus(largest)} free on one node"
+            kept = tt.kept
+            above = max(0, usage + g - kept) - max(0, usage - kept)
+            available = self.pool_available(tt, ts)
+            if above and above > available:
+                idle = max(0, available)
+                if usage + g <= tt.quota:
+                    held = ts.held - (tt.unused_lendable() if tt.holding else 0)
+                    lent = max(0, ts.pool_used - sum_own_pool_use(tt))
+                    key = (_LENT_OUT, team, it, usage, tt.quota, lent, max(0, held), idle, above)
+                else:
+                    key = (_NO_IDLE, team, it, usage, tt.max_use, idle, above)
+            elif ts.running + g > ts.capacity:
+                key = (_CAPACITY_LOST, it, ts.running, ts.capacity, ts.capacity_ever, g)
+            else:
+                placement = ts.placement
+                whole = g > placement.gpus_per_node
+                room = placement.empty_gpus if whole else placement.largest_free()
+                key = (_NO_PLACEMENT, it, placement.free_ready, g, whole, room)
+        reason = self.reasons.get(key)
+        if reason is None:
+            if len(self.reasons) >= 1 << 16:  # a long replay: keep the memory bounded
+                self.reasons.clear()
+            reason = self.reasons[key] = _reason_from(key)
+        return reason
+
+
+def _reason_from(key: tuple[object, ...]) -> PendingReason:
+    """The reason ``CycleState.reason_for`` keys by ``key``: its code and the figures its
+    message gives (POLICY.md section 5)."""
+    kind = key[0]
+    if kind == _OVER_LIMIT:
+        _, team, it, usage, max_use, quota, borrow, g = key
         return PendingReason(
-            PendingCode.FRAGMENTED,
-            f"{_gpus(ts.placement.free_ready)} free on ready {it} nodes but no placement for {g}: {detail}",
+            PendingCode.BORROW_LIMIT,
+            f"{team} uses {usage} of its {max_use} GPU limit on {it} "
+            f"(quota {quota} + borrow limit {borrow}); {g} more would exceed it",
         )
+    if kind == _NO_BORROWING:
+        _, team, it, usage, quota, g = key
+        return PendingReason(
+            PendingCode.WAITING_FOR_QUOTA,
+            f"{team} uses {usage} of its {quota} GPU quota on {it} and may not borrow; {g} more requested",
+        )
+    if kind == _LENT_OUT:
+        _, team, it, usage, quota, lent, held, idle, above = key
+        return PendingReason(
+            PendingCode.WAITING_FOR_QUOTA,
+            f"{team} uses {usage} of its {quota} GPU quota on {it}; its lendable quota is lent "
+            f"out ({_gpus(_int(lent))} of the pool borrowed, {_gpus(_int(held))} held for reclaiming "
+            f"teams) and may not be reclaimed now; {_gpus(_int(idle))} idle in the pool, {above} needed",
+        )
+    if kind == _NO_IDLE:
+        _, team, it, usage, max_use, idle, above = key
+        uses = (
+            f"uses {usage} GPUs on {it} (no borrow limit)"
+            if max_use is None
+            else f"uses {usage} of its {max_use} GPU limit on {it}"
+        )
+        return PendingReason(
+            PendingCode.NO_IDLE_CAPACITY,
+            f"{team} {uses}; {_gpus(_int(idle))} idle in the pool, {above} needed",
+        )
+    if kind == _CAPACITY_LOST:
+        _, it, running, capacity, capacity_ever, g = key
+        return PendingReason(
+            PendingCode.CAPACITY_LOST,
+            f"{running} of the {_gpus(_int(capacity))} ready on {it} are in use "
+            f"({_gpus(_int(capacity_ever) - _int(capacity))} on nodes not ready); {g} more requested",
+        )
+    _, it, free_ready, g, whole, room = key
+    if whole:
+        detail = f"{_gpus(_int(room))} on whole free nodes"
+    else:
+        detail = f"at most {_gpus(_int(room))} free on one node"
+    return PendingReason(
+        PendingCode.FRAGMENTED,
+        f"{_gpus(_int(free_ready))} free on ready {it} nodes but no placement for {g}: {detail}",
+    )
+
+
+def _int(value: object) -> int:
+    assert isinstance(value, int)
+    return value
 
 
 def sum_own_pool_use(tt: TeamType) -> int:
