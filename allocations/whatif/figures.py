@@ -61,6 +61,7 @@ class ReasonRecorder:
         self.seconds: dict[str, dict[str, float]] = {}
         self.messages: dict[tuple[str, str], str] = {}
         self.held: tuple[Mapping[str, PendingReason], float] | None = None  # the last plan, its time
+        self.last: Mapping[str, PendingReason] = {}  # the reasons last recorded
 
     def __call__(self, snapshot: Snapshot, now: float) -> Plan:
         plan = self.allocate(snapshot, now)
@@ -73,13 +74,19 @@ class ReasonRecorder:
         current = self.current
         for job_id in current.keys() - pending.keys():
             self._close(job_id, now)
-        for job_id, reason in pending.items():
+        # Most jobs wait on with the very reason object they had last time (the engine keeps
+        # its reasons by their figures): only the others are looked at. The jobs in
+        # ``current`` are those of ``last``, each with its reason's code.
+        seen = self.last.get
+        for job_id in [job_id for job_id, reason in pending.items() if seen(job_id) is not reason]:
+            reason = pending[job_id]
             held = current.get(job_id)
             code = reason.code
-            if held is None or held[0] is not code:  # most jobs wait on as they did
+            if held is None or held[0] is not code:
                 if held is not None:
                     self._close(job_id, now)
                 current[job_id] = (code, now, reason.message)
+        self.last = pending
 
     def _close(self, job_id: str, now: float) -> None:
         member, since, message = self.current.pop(job_id)
