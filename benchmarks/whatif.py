@@ -153,7 +153,8 @@ def replay_one(data: dict[str, Any], policies: list[dict[str, Any]], index: int,
     from allocations.whatif import runs
 
     entry = policies[index]
-    engine = EngineClock(Session())
+    session = Session()
+    engine = EngineClock(session)
     progress = Ticker(entry["name"], engine) if ticker else None
     t0 = time.perf_counter()
     shown, _jobs = runs.replay_policy(data, policies, index, prices, progress, engine=engine)
@@ -161,7 +162,8 @@ def replay_one(data: dict[str, Any], policies: list[dict[str, Any]], index: int,
     c = shown["cluster"]
     return (
         f"{entry['name']:>6}: scenario+replay+reasons+figures {t_lab:6.1f} s "
-        f"(baseline: the engine's allocate {engine.seconds:6.1f} s of it); {c['cycles']:,} cycles, "
+        f"(baseline: the engine's allocate {engine.seconds:6.1f} s of it); {c['cycles']:,} cycles "
+        f"({session.quiet_cycles:,} of them quiet: only the jobs new since a cycle at rest decided), "
         f"utilization {100 * c['utilization']:.1f}%, idle while waiting "
         f"{c['idle_while_waiting_gpu_hours']:,.0f} GPU-h, mean wait {c['wait_mean_s'] / 60:.1f} min; "
         f"peak RSS {peak_mb():.0f} MB"
