@@ -235,6 +235,13 @@ def _freeable(lists: Others, it: str) -> int:
     return total
 
 
+def _may_lose(state: CycleState, team: TeamState, mine: ShareKey) -> bool:
+    """Whether a fair-share search whose team's share is ``mine`` once it runs may take a job of
+    ``team`` (borrowing there, share at least ``mine``): by rule B if its share is above, by rule
+    A if it stays at least ``mine`` with one borrowed GPU less."""
+    return mine < team.share or share_key(team.borrowed - 1, team.weight, state.pool_total) >= mine
+
+
 def _cannot_free_enough(state: CycleState, rec: JobRecord, own_gpus: int, others_freeable: int) -> bool:
     """Cheap necessary test before a search: every victim frees at most its GPUs of capacity
     and of pool, so if the shortfall of either exceeds what the candidates hold no set of
@@ -591,6 +598,11 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
         return None  # no team with a share that high: no victim anywhere
     others = found.others(own_team, floor)
     if not own and not others:
+        return None
+    if not own and floor is not None and not any(_may_lose(state, team, floor) for team, _, _ in others):
+        # Every other team's share is the preemptor's (``floor``, its share once it runs, when
+        # it takes nothing of its own) and falls below it with one GPU less: rule A takes none
+        # of their jobs, and rule B needs a share above the preemptor's.
         return None
     if _cannot_free_enough(state, rec, own_gpus, _freeable(others, it)):
         return None
