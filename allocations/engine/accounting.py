@@ -88,6 +88,42 @@ def lendable(team: Team, quota: Quota) -> int:
     return quota.quota if quota.lend_limit is None else min(quota.lend_limit, quota.quota)
 
 
+def attribute(
+    used: Sequence[int],
+    quotas: Sequence[int],
+    lendables: Sequence[int],
+    unallocated: int,
+    share_unallocated: bool,
+) -> tuple[list[int], list[int], list[float], float]:
+    """Steps 1 to 5 of the module docstring on one instance type, for teams given by their
+    running GPUs, quotas and lendable GPUs there (``lendable``): each team's unused quota,
+    borrowed GPUs and lent GPUs, and the unallocated capacity borrowers use. ``account`` is
+    made of it; the simulator calls it alone at every instant where usage moved."""
+    unused = [max(0, q - u) for q, u in zip(quotas, used, strict=True)]
+    borrowed = [max(0, u - q) for q, u in zip(quotas, used, strict=True)]
+    lendable_unused = [min(lend, free) for lend, free in zip(lendables, unused, strict=True)]
+    rest_unused = [free - lend for free, lend in zip(unused, lendable_unused, strict=True)]
+    left: float = sum(borrowed)
+    unallocated_used: float = 0.0
+    if share_unallocated:
+        unallocated_used = min(left, unallocated)
+        left -= unallocated_used
+    lent = [0.0] * len(quotas)
+    for source in (lendable_unused, rest_unused):
+        total = sum(source)
+        if left <= 0 or total == 0:
+            continue
+        take = min(left, total)
+        for i, part in enumerate(source):
+            lent[i] += take * part / total
+        left -= take
+    if left > 0:
+        # Unshared unallocated capacity last, then whatever remains (only with usage above
+        # the ready capacity, e.g. a snapshot taken mid-change): keeps the sums consistent.
+        unallocated_used += left
+    return unused, borrowed, lent, unallocated_used
+
+
 def account(
     *,
     instance_types: Iterable[str],
@@ -112,33 +148,13 @@ def account(
         sum_quota = sum(q.quota for _, q in quotas)
         unallocated = max(0, cap - sum_quota)
         rows_used = [used.get((team.name, instance_type), 0) for team, _ in quotas]
-        unused = [max(0, q.quota - u) for (_, q), u in zip(quotas, rows_used, strict=True)]
-        borrowed = [max(0, u - q.quota) for (_, q), u in zip(quotas, rows_used, strict=True)]
-        lendable_unused = [
-            min(lendable(team, q), free) for (team, q), free in zip(quotas, unused, strict=True)
-        ]
-        rest_unused = [free - lend for free, lend in zip(unused, lendable_unused, strict=True)]
-
-        # Steps 2 to 5 of the module docstring.
-        left: float = sum(borrowed)
-        unallocated_used: float = 0.0
-        if policy.share_unallocated:
-            unallocated_used = min(left, unallocated)
-            left -= unallocated_used
-        lent = [0.0] * len(quotas)
-        for source in (lendable_unused, rest_unused):
-            total = sum(source)
-            if left <= 0 or total == 0:
-                continue
-            take = min(left, total)
-            for i, part in enumerate(source):
-                lent[i] += take * part / total
-            left -= take
-        if left > 0:
-            # Unshared unallocated capacity last, then whatever remains (only with usage above
-            # the ready capacity, e.g. a snapshot taken mid-change): keeps the sums consistent.
-            unallocated_used += left
-
+        unused, borrowed, lent, unallocated_used = attribute(
+            rows_used,
+            [q.quota for _, q in quotas],
+            [lendable(team, q) for team, q in quotas],
+            unallocated,
+            policy.share_unallocated,
+        )
         allocated = sum(used.get(key, 0) for key in used if key[1] == instance_type)
         type_pending = [pending.get((team.name, instance_type), (0, 0)) for team, _ in quotas]
         for i, (team, q) in enumerate(quotas):

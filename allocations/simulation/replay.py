@@ -17,13 +17,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from itertools import chain
 
-from allocations.engine.accounting import account
-from allocations.engine.snapshot import Job, JobChanges, Node, PendingReason, Plan, Snapshot, Team
+from allocations.engine.accounting import attribute, lendable
+from allocations.engine.snapshot import Job, JobChanges, Node, PendingReason, Plan, Quota, Snapshot, Team
 
 from .result import ClusterResult, JobResult, PreemptionRecord, Result, TeamResult, percentile
 from .scenario import Cancel, NodeDown, NodeUp, Scenario, ScenarioError, ScenarioJob, UpdatePolicy, UpdateTeam
 
 Allocate = Callable[[Snapshot, float], Plan]
+# What ``Replay._measure`` reads of the teams and the policy on one instance type.
+_TypeSetup = tuple[str, int, list[tuple[str, str]], list[int], list[int], int]
 Progress = Callable[[float, float | None, int, int], None]  # now, end, jobs done, jobs
 
 # Cycles at one instant before the replay gives up: back-off (POLICY.md 3.5) makes the cycles
@@ -141,6 +143,7 @@ class Replay:
         self.running_jobs: dict[int, Job] = {}
         self.added: dict[int, Job] = {}
         self.removed: dict[int, Job] = {}
+        self.jobs_tuple: tuple[Job, ...] | None = None  # the last snapshot's jobs
         self.serial = 0
         self.used: dict[tuple[str, str], int] = {}
         self.pending_gpus: dict[tuple[str, str], tuple[int, int]] = {}
@@ -149,6 +152,9 @@ class Replay:
         self.used_version = 0
         self.setup_version = 0
         self._accounted: tuple[object, ...] | None = None
+        # Per instance type, what the accounting reads of the teams and the policy: (type,
+        # capacity, (team, type) keys, quotas, lendable GPUs, unallocated capacity).
+        self._setup: tuple[object, list[_TypeSetup]] | None = None
         self._team_rates: dict[str, tuple[float, float, float, float]] = {}
         self._type_rates: tuple[int, int, dict[str, int]] = (0, 0, {})
         self.reasons: Mapping[str, PendingReason] = {}
@@ -370,14 +376,19 @@ class Replay:
 
     def _snapshot(self) -> Snapshot:
         changes = JobChanges(self.serial, tuple(self.added.values()), tuple(self.removed.values()))
-        self.added, self.removed = {}, {}
+        if self.added or self.removed or self.jobs_tuple is None:
+            # Every change of the two tables goes through ``added`` and ``removed``: with both
+            # empty (a back-off retry at an instant where nothing else happened) the jobs are
+            # the last snapshot's, and so is the tuple.
+            self.jobs_tuple = tuple(chain(self.running_jobs.values(), self.pending_jobs.values()))
+            self.added, self.removed = {}, {}
         self.serial += 1
         return Snapshot(
             instance_types=self.scenario.instance_types,
             nodes=self.nodes_tuple,
             teams=self.teams_tuple,
             policy=self.policy,
-            jobs=tuple(chain(self.running_jobs.values(), self.pending_jobs.values())),
+            jobs=self.jobs_tuple,
             serial=self.serial,
             changes=changes,
         )
@@ -464,31 +475,49 @@ class Replay:
 
     def _measure(self) -> None:
         """The rates that hold until the next time something happens. The accounting (who
-        uses, borrows and lends what) is made again only when the usage, the capacity, a team
-        or the policy moved since the last time: an instant where jobs were only submitted
-        changes nothing of it but the GPUs waiting."""
-        key = (self.used_version, self.setup_version, tuple(self.capacity.items()))
+        uses, borrows and lends what: ``accounting.attribute`` on each instance type, the rule
+        of ``accounting.account`` without its rows) is made again only when the usage, the
+        capacity, a team or the policy moved since the last time: an instant where jobs were
+        only submitted changes nothing of it but the GPUs waiting. What it reads of the teams
+        and the policy is kept while they stand."""
+        setup = (self.setup_version, tuple(self.capacity.items()))
+        key = (self.used_version, setup)
         if key != self._accounted:
-            acc = account(
-                instance_types=self.capacity.keys(),
-                capacity=self.capacity,
-                teams=self.teams_tuple,
-                policy=self.policy,
-                used=self.used,
-            )
+            if self._setup is None or self._setup[0] != setup:
+                per_type: list[_TypeSetup] = []
+                for instance_type, cap in self.capacity.items():
+                    quotas = [team.quotas.get(instance_type) or Quota() for team in self.teams_tuple]
+                    per_type.append(
+                        (
+                            instance_type,
+                            cap,
+                            [(team.name, instance_type) for team in self.teams_tuple],
+                            [q.quota for q in quotas],
+                            [lendable(team, q) for team, q in zip(self.teams_tuple, quotas, strict=True)],
+                            max(0, cap - sum(q.quota for q in quotas)),
+                        )
+                    )
+                self._setup = (setup, per_type)
+            used = self.used
+            share = self.policy.share_unallocated
             teams: dict[str, list[float]] = {}
-            for row in acc.teams:
-                t = teams.setdefault(row.team, [0.0, 0.0, 0.0, 0.0])
-                t[0] += row.used
-                t[1] += row.borrowed
-                t[2] += row.lent
-                t[3] += row.idle_quota
+            capacity = allocated = 0
+            idle: dict[str, int] = {}
+            for instance_type, cap, keys, quotas, lendables, unallocated in self._setup[1]:
+                rows_used = [used.get(k, 0) for k in keys]
+                unused, borrowed, lent, _ = attribute(rows_used, quotas, lendables, unallocated, share)
+                for i, (name, _) in enumerate(keys):
+                    t = teams.setdefault(name, [0.0, 0.0, 0.0, 0.0])
+                    t[0] += rows_used[i]
+                    t[1] += borrowed[i]
+                    t[2] += lent[i]
+                    t[3] += max(0.0, unused[i] - lent[i])
+                type_allocated = sum(gpus for k, gpus in used.items() if k[1] == instance_type)
+                capacity += cap
+                allocated += type_allocated
+                idle[instance_type] = max(0, cap - type_allocated)
             self._team_rates = {k: (v[0], v[1], v[2], v[3]) for k, v in teams.items()}
-            self._type_rates = (
-                sum(r.capacity for r in acc.instance_types),
-                sum(r.allocated for r in acc.instance_types),
-                {r.instance_type: r.idle for r in acc.instance_types},
-            )
+            self._type_rates = (capacity, allocated, idle)
             self._accounted = key
         capacity, allocated, idle = self._type_rates
         waiting: dict[str, int] = {}
