@@ -88,6 +88,14 @@ def lendable(team: Team, quota: Quota) -> int:
     return quota.quota if quota.lend_limit is None else min(quota.lend_limit, quota.quota)
 
 
+def quota_terms(teams: Sequence[Team], instance_type: str, capacity: int) -> tuple[list[int], list[int], int]:
+    """What the accounting reads of ``teams`` on one instance type of ``capacity`` ready GPUs:
+    each team's quota and lendable GPUs there, and the ready capacity in no team's quota."""
+    quotas = [team.quotas.get(instance_type) or Quota() for team in teams]
+    lendables = [lendable(team, q) for team, q in zip(teams, quotas, strict=True)]
+    return [q.quota for q in quotas], lendables, max(0, capacity - sum(q.quota for q in quotas))
+
+
 def attribute(
     used: Sequence[int],
     quotas: Sequence[int],
@@ -144,27 +152,21 @@ def account(
     type_rows: list[InstanceTypeUsage] = []
     for instance_type in instance_types:
         cap = capacity.get(instance_type, 0)
-        quotas = [(team, team.quotas.get(instance_type) or Quota()) for team in teams]
-        sum_quota = sum(q.quota for _, q in quotas)
-        unallocated = max(0, cap - sum_quota)
-        rows_used = [used.get((team.name, instance_type), 0) for team, _ in quotas]
+        quotas, lendables, unallocated = quota_terms(teams, instance_type, cap)
+        rows_used = [used.get((team.name, instance_type), 0) for team in teams]
         unused, borrowed, lent, unallocated_used = attribute(
-            rows_used,
-            [q.quota for _, q in quotas],
-            [lendable(team, q) for team, q in quotas],
-            unallocated,
-            policy.share_unallocated,
+            rows_used, quotas, lendables, unallocated, policy.share_unallocated
         )
         allocated = sum(used.get(key, 0) for key in used if key[1] == instance_type)
-        type_pending = [pending.get((team.name, instance_type), (0, 0)) for team, _ in quotas]
-        for i, (team, q) in enumerate(quotas):
+        type_pending = [pending.get((team.name, instance_type), (0, 0)) for team in teams]
+        for i, team in enumerate(teams):
             team_rows.append(
                 TeamUsage(
                     team=team.name,
                     instance_type=instance_type,
-                    quota=q.quota,
+                    quota=quotas[i],
                     used=rows_used[i],
-                    used_within_quota=min(rows_used[i], q.quota),
+                    used_within_quota=min(rows_used[i], quotas[i]),
                     borrowed=borrowed[i],
                     lent=lent[i],
                     idle_quota=max(0.0, unused[i] - lent[i]),

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from itertools import chain
 
-from allocations.engine.accounting import attribute, lendable
-from allocations.engine.snapshot import Job, JobChanges, Node, PendingReason, Plan, Quota, Snapshot, Team
+from allocations.engine.accounting import attribute, quota_terms
+from allocations.engine.snapshot import Job, JobChanges, Node, PendingReason, Plan, Snapshot, Team
 
 from .result import ClusterResult, JobResult, PreemptionRecord, Result, TeamResult, percentile
 from .scenario import Cancel, NodeDown, NodeUp, Scenario, ScenarioError, ScenarioJob, UpdatePolicy, UpdateTeam
@@ -486,16 +486,9 @@ class Replay:
             if self._setup is None or self._setup[0] != setup:
                 per_type: list[_TypeSetup] = []
                 for instance_type, cap in self.capacity.items():
-                    quotas = [team.quotas.get(instance_type) or Quota() for team in self.teams_tuple]
+                    keys = [(team.name, instance_type) for team in self.teams_tuple]
                     per_type.append(
-                        (
-                            instance_type,
-                            cap,
-                            [(team.name, instance_type) for team in self.teams_tuple],
-                            [q.quota for q in quotas],
-                            [lendable(team, q) for team, q in zip(self.teams_tuple, quotas, strict=True)],
-                            max(0, cap - sum(q.quota for q in quotas)),
-                        )
+                        (instance_type, cap, keys, *quota_terms(self.teams_tuple, instance_type, cap))
                     )
                 self._setup = (setup, per_type)
             used = self.used
