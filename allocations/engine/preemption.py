@@ -28,11 +28,50 @@ from .snapshot import (
 from .state import CycleState, JobRecord, TeamState, TeamType, TypeState, effective_preempt_while_borrowing
 
 Victims = list[tuple[JobRecord, PreemptionReason]]
-# Another team's candidates on one instance type, and their GPUs in all.
-Others = list[tuple[TeamState, list[JobRecord], int]]
-_share_index = attrgetter("share", "index")
 _priority = attrgetter("priority")
 _NOBODY: tuple[ShareKey, int] = ((-1, 0), -1)  # below every share: no team
+
+
+class Part:
+    """A team's candidates on one instance type below a priority bound, and their GPUs in all,
+    made at the team's ``cand_version`` there. (An object, not a tuple: compiled by mypyc, a
+    tuple read from a list is unpacked and boxed anew when put in another.)"""
+
+    __slots__ = ("cands", "gpus", "team", "version")
+
+    def __init__(self, version: int, team: TeamState, cands: list[JobRecord], gpus: int) -> None:
+        self.version = version
+        self.team = team
+        self.cands = cands
+        self.gpus = gpus
+
+
+# Other teams' parts on one instance type, in team order.
+Others = list[Part]
+
+
+def share_at_least(share: ShareKey, floor: ShareKey) -> bool:
+    """``share >= floor``, compared item by item (compiled by mypyc, a comparison of the tuples
+    boxes both)."""
+    return share[0] > floor[0] or (share[0] == floor[0] and share[1] >= floor[1])
+
+
+def _top(teams: Sequence[TeamState], indices: Iterable[int] | None, but: int) -> tuple[ShareKey, int]:
+    """The highest (share, index) of the teams (those at ``indices`` when given) other than the
+    one of index ``but``; ``_NOBODY`` when there is none."""
+    best_share, best = _NOBODY
+    chosen = teams if indices is None else map(teams.__getitem__, indices)
+    for team in chosen:
+        index = team.index
+        if index == but:
+            continue
+        share = team.share
+        if share[0] > best_share[0] or (
+            share[0] == best_share[0]
+            and (share[1] > best_share[1] or (share[1] == best_share[1] and index > best))
+        ):
+            best_share, best = share, index
+    return best_share, best
 
 
 def in_back_off(rec: JobRecord, now: float) -> bool:
@@ -103,7 +142,7 @@ class Borrowers:
         self.bound = bound
         self.changed: set[int] = set()
         ts.watchers.append(self.changed)
-        self.parts: dict[int, tuple[TeamState, list[JobRecord], int]] = {}
+        self.parts: dict[int, Part] = {}
         for index in ts.borrowers:
             self._part(state, ts, index)
         self._made(ts)
@@ -127,22 +166,22 @@ class Borrowers:
         tt = team.per_type[ts.name]
         bound = self.bound
         part = tt.prefixes.get(bound)
-        if part is None or part[0] != tt.cand_version:
+        if part is None or part.version != tt.cand_version:
             cands = tt.candidates
             if bound < 2**62:
                 cands = cands[: bisect_left(cands, bound, key=_priority)]
             gpus = sum(g for p, g in tt.cand_gpus.items() if p < bound)
-            part = (tt.cand_version, cands, gpus)
+            part = Part(tt.cand_version, team, cands, gpus)
             tt.prefixes[bound] = part
-        if part[1]:
-            self.parts[index] = (team, part[1], part[2])
+        if part.cands:
+            self.parts[index] = part
         else:
             self.parts.pop(index, None)
 
     def _made(self, ts: TypeState) -> None:
         parts = self.parts
         self.entries: Others = [parts[index] for index in sorted(parts)]
-        self.teams = [entry[0] for entry in self.entries]
+        self.teams = [entry.team for entry in self.entries]
         self.cand_version = ts.cand_version
         self.freeable_at = -1  # the type's ``version`` ``terms`` and ``total`` were made at
         self.terms: dict[int, int] = {}
@@ -154,17 +193,21 @@ class Borrowers:
         """The entries of teams other than ``own``; with ``min_share``, of those whose share is at
         least that."""
         if min_share is None:
-            return [entry for entry in self.entries if entry[0] is not own]
-        return [entry for entry in self.entries if entry[0] is not own and entry[0].share >= min_share]
+            return [entry for entry in self.entries if entry.team is not own]
+        return [
+            entry
+            for entry in self.entries
+            if entry.team is not own and share_at_least(entry.team.share, min_share)
+        ]
 
     def freeable(self, own: TeamState, ts: TypeState) -> int:
         """``_freeable`` of ``others(own)``, from sums kept while the type's accounting stands."""
         if self.freeable_at != ts.version:
             it = ts.name
             terms: dict[int, int] = {}
-            for team, _, gpus in self.entries:
-                tt = team.per_type[it]
-                terms[team.index] = min(gpus, tt.usage - tt.quota + tt.cand_max - 1)
+            for entry in self.entries:
+                tt = entry.team.per_type[it]
+                terms[entry.team.index] = min(entry.gpus, tt.usage - tt.quota + tt.cand_max - 1)
             self.terms, self.total, self.freeable_at = terms, sum(terms.values()), ts.version
         return self.total - self.terms.get(own.index, 0)
 
@@ -173,9 +216,9 @@ class Borrowers:
         share, and the highest but the top team's when asked for, are kept while no team's
         share moves."""
         if self.share_at != state.share_version:
-            self.top = [max(map(_share_index, self.teams), default=_NOBODY)]
+            self.top = [_top(self.teams, None, -1)]
             self.share_at = state.share_version
-        return _highest_but(self.top, own.index, self.teams) >= floor
+        return share_at_least(_highest_but(self.top, own.index, self.teams), floor)
 
 
 def borrowers(
@@ -202,8 +245,7 @@ def _top_share(state: CycleState, ts: TypeState, own: TeamState) -> ShareKey:
     moves."""
     kept = state.top_shares.get(ts.name)
     if kept is None or kept[0] != state.share_version or kept[1] != ts.cand_version:
-        first = max(map(_share_index, map(state.team_list.__getitem__, ts.borrowers)), default=_NOBODY)
-        kept = (state.share_version, ts.cand_version, [first])
+        kept = (state.share_version, ts.cand_version, [_top(state.team_list, ts.borrowers, -1)])
         state.top_shares[ts.name] = kept
     return _highest_but(kept[2], own.index, state.team_list, ts.borrowers)
 
@@ -220,8 +262,7 @@ def _highest_but(
     if top[0][1] != own:
         return top[0][0]
     if len(top) == 1:
-        chosen = teams if indices is None else map(teams.__getitem__, indices)
-        top.append(max((item for item in map(_share_index, chosen) if item[1] != own), default=_NOBODY))
+        top.append(_top(teams, indices, own))
     return top[1][0]
 
 
@@ -229,9 +270,9 @@ def _freeable(lists: Others, it: str) -> int:
     """At most what these other teams' candidates can free: a team gives jobs only while it
     stays above its quota, so no more than its borrowed GPUs plus one job less one GPU."""
     total = 0
-    for team, _, gpus in lists:
-        tt = team.per_type[it]
-        total += min(gpus, tt.usage - tt.quota + tt.cand_max - 1)
+    for entry in lists:
+        tt = entry.team.per_type[it]
+        total += min(entry.gpus, tt.usage - tt.quota + tt.cand_max - 1)
     return total
 
 
@@ -239,7 +280,9 @@ def _may_lose(state: CycleState, team: TeamState, mine: ShareKey) -> bool:
     """Whether a fair-share search whose team's share is ``mine`` once it runs may take a job of
     ``team`` (borrowing there, share at least ``mine``): by rule B if its share is above, by rule
     A if it stays at least ``mine`` with one borrowed GPU less."""
-    return mine < team.share or share_key(team.borrowed - 1, team.weight, state.pool_total) >= mine
+    return not share_at_least(mine, team.share) or share_at_least(
+        share_key(team.borrowed - 1, team.unit, state.pool_total), mine
+    )
 
 
 def _cannot_free_enough(state: CycleState, rec: JobRecord, own_gpus: int, others_freeable: int) -> bool:
@@ -359,7 +402,7 @@ class Trial:
         return placement.empty_gpus + self.emptied >= g
 
     def share(self, team: TeamState) -> ShareKey:
-        return share_key(self.borrowed_of(team), team.weight, self.state.pool_total)
+        return share_key(self.borrowed_of(team), team.unit, self.state.pool_total)
 
     def share_with(self) -> ShareKey:
         """The preemptor's team's share once it runs."""
@@ -367,7 +410,7 @@ class Trial:
         tt = rec.tt
         usage = self.usage_of(tt)
         extra = max(0, usage + rec.gpus - tt.quota) - max(0, usage - tt.quota)
-        return share_key(self.borrowed_of(rec.team) + extra, rec.team.weight, self.state.pool_total)
+        return share_key(self.borrowed_of(rec.team) + extra, rec.team.unit, self.state.pool_total)
 
 
 def _unused_lendable(tt: TeamType, usage: int) -> int:
@@ -410,12 +453,12 @@ def _minimal(
     """
     trial = Trial(state, rec)
     taken: Victims = []
-    heap = [(cands[0].victim_key, n) for n, (_, cands, _) in enumerate(others)]
+    heap = [(entry.cands[0].victim_key, n) for n, entry in enumerate(others)]
     heapq.heapify(heap)
     cursor = [0] * len(others)
     while heap:
         n = heapq.heappop(heap)[1]
-        cands = others[n][1]
+        cands = others[n].cands
         cand = cands[cursor[n]]
         if not trial.still_borrowing(cand):
             continue  # the whole team is done
@@ -499,11 +542,11 @@ def _placement_hopeless(state: CycleState, rec: JobRecord, own: list[JobRecord],
         for name, gpus in cand.nodes:
             if grows(index[name], gpus):
                 return False
-    for team, cands, gpus_in_all in others:
-        tt = team.per_type[it]
-        cap = min(gpus_in_all, tt.usage - tt.quota + tt.cand_max - 1)
+    for entry in others:
+        tt = entry.team.per_type[it]
+        cap = min(entry.gpus, tt.usage - tt.quota + tt.cand_max - 1)
         mine: dict[int, int] = {}
-        for cand in cands:
+        for cand in entry.cands:
             for name, gpus in cand.nodes:
                 i = index[name]
                 old = mine.get(i, 0)
@@ -548,12 +591,12 @@ def _rule_a_room(state: CycleState, borrowed: int, team: TeamState, mine: ShareK
     """The most GPUs ``team`` (now borrowing ``borrowed``) can lose with ``mine`` still at most
     its share afterwards (rule A); -1 when even losing nothing leaves it below ``mine``. Shares
     fall as borrowed GPUs fall, so a binary search finds it."""
-    if share_key(borrowed, team.weight, state.pool_total) < mine:
+    if not share_at_least(share_key(borrowed, team.unit, state.pool_total), mine):
         return -1
     lo, hi = 0, borrowed  # share after losing lo is >= mine
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if share_key(borrowed - mid, team.weight, state.pool_total) >= mine:
+        if share_at_least(share_key(borrowed - mid, team.unit, state.pool_total), mine):
             lo = mid
         else:
             hi = mid - 1
@@ -578,7 +621,7 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
         not own
         and not within
         and state.shortcuts
-        and _top_share(state, rec.ts, own_team) < state.share_with(rec)
+        and not share_at_least(_top_share(state, rec.ts, own_team), state.share_with(rec))
     ):
         # Rules A and B both need a victim team with a share at least the preemptor's after
         # admission; no team borrowing here has one (a bound on the candidates' teams below).
@@ -591,7 +634,7 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
         # admission); own-team victims can lower the preemptor's share at most to ``floor``.
         usage_min = tt.usage - own_gpus
         extra = max(0, usage_min + rec.gpus - tt.quota) - max(0, tt.usage - tt.quota)
-        floor = share_key(own_team.borrowed + extra, own_team.weight, state.pool_total)
+        floor = share_key(own_team.borrowed + extra, own_team.unit, state.pool_total)
     found = borrowers(state, rec.ts, _reclaim_threshold(rec))
     if not own and floor is not None and not found.any_share_at_least(state, own_team, floor):
         state.share_bound = True
@@ -599,7 +642,7 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
     others = found.others(own_team, floor)
     if not own and not others:
         return None
-    if not own and floor is not None and not any(_may_lose(state, team, floor) for team, _, _ in others):
+    if not own and floor is not None and not any(_may_lose(state, entry.team, floor) for entry in others):
         # Every other team's share is the preemptor's (``floor``, its share once it runs, when
         # it takes nothing of its own) and falls below it with one GPU less: rule A takes none
         # of their jobs, and rule B needs a share above the preemptor's.
@@ -609,7 +652,7 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
     if _placement_hopeless(state, rec, own, others):
         return None
     lists: dict[int, tuple[TeamState, list[JobRecord]]] = {
-        team.index: (team, cands) for team, cands, _ in others
+        entry.team.index: (entry.team, entry.cands) for entry in others
     }
     if own:
         lists[own_team.index] = (own_team, own)
@@ -677,7 +720,7 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
         for team, cand in order:
             if not trial.still_borrowing(cand):
                 continue
-            if mine < trial.share(team):
+            if not share_at_least(mine, trial.share(team)):
                 trial.take(cand)
                 taken.append((cand, PreemptionReason.FAIR_SHARE))
                 if trial.fits():

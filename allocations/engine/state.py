@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Final
 from .placement import NodeShare, Placement
 
 if TYPE_CHECKING:
-    from .preemption import Borrowers
-from .ranking import ZERO_SHARE, ShareKey, priority_weights, share_key
+    from .preemption import Borrowers, Part
+from .ranking import ZERO_SHARE, ShareKey, priority_weights, share_key, share_units
 from .snapshot import (
     IdleAllocation,
     InstanceType,
@@ -144,7 +144,7 @@ class TeamType:
         # Bumped whenever ``candidates`` change; the prefixes of them below a priority bound,
         # with their GPUs, made at that version (``preemption.borrowers``).
         self.cand_version = 0
-        self.prefixes: dict[int, tuple[int, list[JobRecord], int]] = {}
+        self.prefixes: dict[int, Part] = {}
 
     def candidate_gpus_below(self, priority: int | None) -> int:
         """GPUs of the candidates of priority below ``priority`` (None: all)."""
@@ -210,12 +210,12 @@ class TypeState:
 class TeamState:
     """One team across instance types."""
 
-    __slots__ = ("borrowed", "index", "per_type", "share", "team", "version", "weight")
+    __slots__ = ("borrowed", "index", "per_type", "share", "team", "unit", "version")
 
     def __init__(self, team: Team, index: int) -> None:
         self.team = team
         self.index = index
-        self.weight = team.fair_share_weight
+        self.unit = 0  # its weight's unit among the cycle's teams (``ranking.share_units``)
         self.per_type: dict[str, TeamType] = {}
         self.borrowed = 0  # sum over instance types of max(0, usage - quota)
         self.share = ZERO_SHARE  # share_key of ``borrowed``, kept with it (CycleState._change_usage)
@@ -334,6 +334,9 @@ class CycleState:
                 ts_team.per_type[it_name] = TeamType(team_limits(team, it_name))
             self.teams[team.name] = ts_team
             self.team_list.append(ts_team)
+        units = share_units(t.team.fair_share_weight for t in self.team_list)
+        for ts_team in self.team_list:
+            ts_team.unit = units[ts_team.team.fair_share_weight]
 
         weights = priority_weights(self.policy)
         self.weights = weights
@@ -511,7 +514,7 @@ class CycleState:
         if borrowed:
             self.share_version += 1
             team.borrowed += borrowed
-            team.share = share_key(team.borrowed, team.weight, self.pool_total)
+            team.share = share_key(team.borrowed, team.unit, self.pool_total)
         if (old > quota) != (new > quota):
             ts.touch(team.index)
             if new > quota:
@@ -613,7 +616,7 @@ class CycleState:
         """The share of the job's team once the job runs (POLICY.md 3.2 and 4)."""
         tt = rec.tt
         extra = max(0, tt.usage + rec.gpus - tt.quota) - max(0, tt.usage - tt.quota)
-        return share_key(rec.team.borrowed + extra, rec.team.weight, self.pool_total)
+        return share_key(rec.team.borrowed + extra, rec.team.unit, self.pool_total)
 
     # -- reasons (POLICY.md section 5, from step 4 on) ------------------------------------
     def reason(self, rec: JobRecord) -> PendingReason:
