@@ -69,8 +69,11 @@ from .state import (
 OrderKey = tuple[int, float, int, str]
 # A job's place in its shape: its order key, then the job (or its record, for a job preempted
 # in the cycle). Ids are unique, so no comparison reaches the job; a 4-tuple order key sorts
-# just before the slot of its own job.
-Slot = tuple[int, float, int, str, "Job | JobRecord"]
+# just before the slot of its own job: (minus priority, submit time, seq, id, job or record).
+# Typed as a tuple of any length, which the compiled build keeps as the tuple object: read from
+# a list, a tuple of fixed type is unpacked into a C struct (every item checked) and boxed anew
+# when stored or compared, about 10% of a settled 100k-job first-come-first-serve cycle.
+Slot = tuple[Any, ...]
 _slot_id = itemgetter(3)
 Key = tuple[Any, ...]
 # Jobs consumed without a test in the current epoch, not yet final: (shape, from, to, reason,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import filterfalse, repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .placement import NodeShare, Placement
 
@@ -45,8 +45,9 @@ _submit_time, _seq, _priority_class, _nodes = [
     attrgetter(a) for a in ("submit_time", "seq", "priority_class", "nodes")
 ]
 # A pending job in its group: its queue order key (POLICY.md 3.1: minus its priority, submit
-# time, seq, id) and the job, made in the snapshot's order (``CycleState._build``).
-GroupSlot = tuple[int, float, int, str, Job]
+# time, seq, id) and the job, made in the snapshot's order (``CycleState._build``); a tuple of
+# any length for the compiled build (``batched.Slot``).
+GroupSlot = tuple[Any, ...]
 # What a pending reason's message is made of, the first item of its key (``reason_for``).
 _OVER_LIMIT: Final = 0
 _NO_BORROWING: Final = 1
