@@ -96,6 +96,21 @@ def may_look_for_victims(state: CycleState, rec: JobRecord) -> bool:
     return state.fair_share and team.reclaim != Reclaim.NEVER
 
 
+def prefix(team: TeamState, tt: TeamType, bound: int) -> Part:
+    """The team's candidates on the type of priority below ``bound`` (2**62: all), which are a
+    prefix of them (they are in preemption order, lowest priority first), with their GPUs; kept
+    until its candidates there change (``TeamType.cand_version``). Not to be changed."""
+    part = tt.prefixes.get(bound)
+    if part is None or part.version != tt.cand_version:
+        cands = tt.candidates
+        if bound < 2**62:
+            cands = cands[: bisect_left(cands, bound, key=_priority)]
+        gpus = sum(g for p, g in tt.cand_gpus.items() if p < bound)
+        part = Part(tt.cand_version, team, cands, gpus)
+        tt.prefixes[bound] = part
+    return part
+
+
 def own_candidates(rec: JobRecord) -> list[JobRecord]:
     """Same-team candidates allowed by ``preempt_team_tasks``, in preemption order."""
     mode = rec.team.team.preempt_team_tasks
@@ -103,9 +118,7 @@ def own_candidates(rec: JobRecord) -> list[JobRecord]:
         return []
     prio = rec.priority
     if mode == PreemptTeamTasks.LOWER_PRIORITY:
-        # The candidates are in preemption order, lowest priority first: a prefix.
-        cands = rec.tt.candidates
-        return cands[: bisect_left(cands, prio, key=_priority)]
+        return prefix(rec.team, rec.tt, prio).cands
     # lower-or-newer-equal-priority: also equal priority and submitted after the preemptor
     # (Kueue's LowerOrNewerEqualPriority compares creation time; ties go by id here).
     mine = (rec.job.submit_time, rec.job.seq, rec.job.id)
@@ -163,16 +176,7 @@ class Borrowers:
         # a prefix, and their GPUs are the team's sums by priority below it. Each team's part is
         # kept until its own candidates change (``TeamType.cand_version``).
         team = state.team_list[index]
-        tt = team.per_type[ts.name]
-        bound = self.bound
-        part = tt.prefixes.get(bound)
-        if part is None or part.version != tt.cand_version:
-            cands = tt.candidates
-            if bound < 2**62:
-                cands = cands[: bisect_left(cands, bound, key=_priority)]
-            gpus = sum(g for p, g in tt.cand_gpus.items() if p < bound)
-            part = Part(tt.cand_version, team, cands, gpus)
-            tt.prefixes[bound] = part
+        part = prefix(team, team.per_type[ts.name], self.bound)
         if part.cands:
             self.parts[index] = part
         else:
