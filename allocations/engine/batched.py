@@ -67,14 +67,17 @@ from .state import (
 )
 
 OrderKey = tuple[int, float, int, str]
-# A job's place in its shape: its order key, then the job (or its record, for a job preempted
-# in the cycle). Ids are unique, so no comparison reaches the job; a 4-tuple order key sorts
-# just before the slot of its own job: (minus priority, submit time, seq, id, job or record).
-# Typed as a tuple of any length, which the compiled build keeps as the tuple object: read from
-# a list, a tuple of fixed type is unpacked into a C struct (every item checked) and boxed anew
-# when stored or compared, about 10% of a settled 100k-job first-come-first-serve cycle.
+# A job's place in its shape: its order key without the priority, which is the shape's
+# (``_Shape.neg``), then the job (or its record, for a job preempted in the cycle): (submit
+# time, seq, id, job or record). Ids are unique, so no comparison reaches the job; a 3-tuple
+# (submit time, seq, id) sorts just before the slot of its own job. With the submit time first,
+# sorting compares the floats directly, not the equal priorities first (half the time of a
+# shape's sort). Typed as a tuple of any length, which the compiled build keeps as the tuple
+# object: read from a list, a tuple of fixed type is unpacked into a C struct (every item
+# checked) and boxed anew when stored or compared, about 10% of a settled 100k-job
+# first-come-first-serve cycle.
 Slot = tuple[Any, ...]
-_slot_id = itemgetter(3)
+_slot_id = itemgetter(2)
 Key = tuple[Any, ...]
 # Jobs consumed without a test in the current epoch, not yet final: (shape, from, to, reason,
 # the shape's rank when consumed).
@@ -106,6 +109,7 @@ class _Shape:
         "ident",
         "ids",
         "keys",
+        "neg",
         "rank",
         "rank_borrowed",
         "rank_usage",
@@ -129,6 +133,7 @@ class _Shape:
         self.ident = ident  # (team index, instance type, GPUs, priority, may look for victims)
         self.gpus = gpus
         self.eligible = eligible
+        self.neg = -ident[3]  # minus the priority: the first item of its jobs' order keys
         self.keys = keys
         self.ids: list[str] = list(map(_slot_id, keys))
         self.at = 0
@@ -157,8 +162,8 @@ class _Shape:
 
     def insert(self, key: OrderKey, item: JobRecord) -> None:
         """A job preempted in this cycle re-enters its team's queue, not before the cursor."""
-        at = max(self.at, bisect_left(self.keys, key, self.at))
-        self.keys.insert(at, (*key, item))
+        at = max(self.at, bisect_left(self.keys, key[1:], self.at))
+        self.keys.insert(at, (key[1], key[2], key[3], item))
         self.ids.insert(at, key[3])
 
 
@@ -178,21 +183,22 @@ class _Team:
         self.lone = state.team.preempt_team_tasks == PreemptTeamTasks.LOWER_OR_NEWER_EQUAL_PRIORITY
         # Consumed, not yet final (``LogEntry``).
         self.log: list[LogEntry] = []
-        # The shapes by the key of their next job: (that key, id, shape), cleaned lazily (an
-        # entry whose key is no longer its shape's next is skipped). Whatever moves a shape's
-        # cursor pushes its new next job, or marks the heap ``dirty`` (rebuilt when next read).
-        self.heap: list[tuple[Slot, int, _Shape]] = []
+        # The shapes by the order key of their next job: (minus its priority, its slot, id,
+        # shape), cleaned lazily (an entry whose slot is no longer its shape's next is
+        # skipped). Whatever moves a shape's cursor pushes its new next job, or marks the heap
+        # ``dirty`` (rebuilt when next read).
+        self.heap: list[tuple[int, Slot, int, _Shape]] = []
         self.dirty = True
 
     def rebuild(self) -> None:
-        self.heap = [(s.keys[s.at], id(s), s) for s in self.shapes if s.at < len(s.keys)]
+        self.heap = [(s.neg, s.keys[s.at], id(s), s) for s in self.shapes if s.at < len(s.keys)]
         heapq.heapify(self.heap)
         self.dirty = False
 
     def push(self, shape: _Shape) -> None:
         """The shape's cursor moved forward: enter its next job."""
         if not self.dirty and shape.at < len(shape.keys):
-            heapq.heappush(self.heap, (shape.keys[shape.at], id(shape), shape))
+            heapq.heappush(self.heap, (shape.neg, shape.keys[shape.at], id(shape), shape))
 
     def add(self, shape: _Shape) -> None:
         self.shapes.append(shape)
@@ -208,14 +214,14 @@ class _Team:
             self.rebuild()
         heap = self.heap
         while heap:
-            key, _, shape = heap[0]
+            _, key, _, shape = heap[0]
             at = shape.at
             # The same job in the slot, by identity of the job, not equality of the slots:
             # compiled by mypyc, a slot is a C struct boxed anew each time it is read, and its
             # ``==`` compares the jobs with the dataclass ``__eq__`` (field by field, in Python:
             # 14% of a what-if replay's engine time), where ``tuple.__eq__`` first tests
             # identity.
-            if at < len(shape.keys) and shape.keys[at][4] is key[4]:
+            if at < len(shape.keys) and shape.keys[at][3] is key[3]:
                 return shape
             heapq.heappop(heap)  # stale: that shape has moved on
         return None
@@ -267,13 +273,13 @@ class Queues:
         for (team_name, it, gpus, pclass, preempted), slots in groups.items():
             team = state.teams[team_name]
             if not team.team.active:
-                self.inactive.setdefault(team.index, {}).update(dict.fromkeys([s[3] for s in slots]))
+                self.inactive.setdefault(team.index, {}).update(dict.fromkeys([s[2] for s in slots]))
                 continue
             prio = 0 if pclass is None else weights.get(pclass, 0)
             static = self.may_look(team, it, gpus)
             if preempted > 0:
                 for slot in slots:
-                    eligible = static and not self._backed_off(slot[4], now, static)
+                    eligible = static and not self._backed_off(slot[3], now, static)
                     merged.setdefault((team.index, it, gpus, prio, eligible), []).append(slot)
             else:
                 merged.setdefault((team.index, it, gpus, prio, static), []).extend(slots)
@@ -328,7 +334,7 @@ class Queues:
         self._insert(self.ident(job, eligible), job)
 
     def _insert(self, ident: Ident, job: Job) -> None:
-        key: Slot = (-ident[3], job.submit_time, job.seq, job.id, job)
+        key: Slot = (job.submit_time, job.seq, job.id, job)
         shape = self.teams[ident[0]].by_ident.get(ident)
         if shape is None:
             shape = self.new_shape(ident, [key])
@@ -352,9 +358,8 @@ class Queues:
             shape = self.teams[team.index].by_ident.get(ident)
             if shape is None:
                 continue
-            key: OrderKey = (-ident[3], job.submit_time, job.seq, job.id)
-            at = bisect_left(shape.keys, key)
-            if at < len(shape.keys) and shape.keys[at][4] is job:
+            at = bisect_left(shape.keys, (job.submit_time, job.seq, job.id))
+            if at < len(shape.keys) and shape.keys[at][3] is job:
                 del shape.keys[at], shape.ids[at]
                 self.records.pop(id(job), None)
                 if not shape.keys:
@@ -454,7 +459,7 @@ class BatchedCycle:
         return rank
 
     def _key(self, team: _Team, shape: _Shape, at: int) -> Key:
-        return (*self._rank(team.state, shape), *shape.keys[at], team.state.index)
+        return (*self._rank(team.state, shape), shape.neg, *shape.keys[at], team.state.index)
 
     def _failing(self, team: _Team, shape: _Shape) -> PendingReason | None:
         """The reason every job of this shape gets now without a test, if any."""
@@ -519,7 +524,6 @@ class BatchedCycle:
         if team.blocked is not None:
             return
         nxt: _Shape | None = None
-        nxt_key: Slot | None = None
         failing: list[tuple[_Shape, PendingReason]] = []
         epoch = -2 if team.lone else self.epoch  # no shape fails at epoch -2
         # The team's shapes in the order of their next jobs: the failing ones up to the first
@@ -529,21 +533,26 @@ class BatchedCycle:
             if reason is None and epoch >= 0:
                 reason = shape.fail_reason if shape.fail_epoch == epoch else self._carried(shape)
             if reason is None:
-                nxt, nxt_key = shape, shape.keys[shape.at]
+                nxt = shape
                 break
             heapq.heappop(team.heap)  # the head's own entry
             failing.append((shape, reason))
         top = base
         for shape, reason in failing:
             start = shape.at
-            end = len(shape.keys) if nxt_key is None else bisect_left(shape.keys, nxt_key, start)
+            if nxt is None or shape.neg < nxt.neg:
+                end = len(shape.keys)  # every job of the shape comes before ``N``
+            elif shape.neg > nxt.neg:
+                end = start
+            else:
+                end = bisect_left(shape.keys, nxt.keys[nxt.at], start)
             if end > start:
                 if not team.log:
                     self.logged.append(team)
                 rank = self._rank(team.state, shape)
                 team.log.append((shape, start, end, reason, rank))
                 shape.at = end
-                last = (*rank, *shape.keys[end - 1], team.state.index)
+                last = (*rank, shape.neg, *shape.keys[end - 1], team.state.index)
                 if last > top:
                     top = last
             team.push(shape)
@@ -557,7 +566,9 @@ class BatchedCycle:
         given_back: list[_Team] = []
         pending = self.pending
         for team in self.logged:
+            # The first job given back, in queue order: its shape's ``neg`` and its slot.
             cut: Slot | None = None
+            cut_neg = 0
             if event is not None:
                 for shape, start, end, _, rank in team.log:
                     n = len(rank)
@@ -566,12 +577,23 @@ class BatchedCycle:
                         at = start
                     elif rank < head:
                         continue
+                    elif shape.neg != event[n]:
+                        if shape.neg < event[n]:
+                            continue  # each of its jobs comes before the event
+                        at = start
                     else:
-                        at = bisect_right(shape.keys, event[n : n + 5], start, end)
-                    if at < end and (cut is None or shape.keys[at] < cut):
-                        cut = shape.keys[at]
+                        at = bisect_right(shape.keys, event[n + 1 : n + 5], start, end)
+                    if at < end:
+                        first = shape.keys[at]
+                        if cut is None or shape.neg < cut_neg or (shape.neg == cut_neg and first < cut):
+                            cut, cut_neg = first, shape.neg
             for shape, start, end, reason, _ in team.log:
-                stop = end if cut is None else bisect_left(shape.keys, cut, start, end)
+                if cut is None or shape.neg < cut_neg:
+                    stop = end
+                elif shape.neg > cut_neg:
+                    stop = start
+                else:
+                    stop = bisect_left(shape.keys, cut, start, end)
                 if stop > start:
                     pending.update(dict.fromkeys(shape.ids[start:stop], reason))
                 if stop < end:
@@ -585,7 +607,7 @@ class BatchedCycle:
 
     # -- deciding --------------------------------------------------------------------------
     def _record(self, team: _Team, shape: _Shape) -> JobRecord:
-        item = shape.keys[shape.at][4]
+        item = shape.keys[shape.at][3]
         shape.at += 1
         team.push(shape)
         if isinstance(item, JobRecord):
@@ -667,7 +689,8 @@ class BatchedCycle:
         team = self.teams[team_state.index]
         shape = team.by_ident.get(ident)
         if shape is None:
-            shape = self.queues.new_shape(ident, [(*rec.order_key, rec)])
+            key = rec.order_key
+            shape = self.queues.new_shape(ident, [(key[1], key[2], key[3], rec)])
             self.created.append(shape)
         else:
             shape.insert(rec.order_key, rec)
@@ -781,7 +804,7 @@ class BatchedCycle:
                 tt.holding = False
         for shape, rec in reversed(self.inserted):
             for i in range(len(shape.keys) - 1, -1, -1):
-                if shape.keys[i][4] is rec:
+                if shape.keys[i][3] is rec:
                     del shape.keys[i], shape.ids[i]
                     break
         for shape in self.created:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import filterfalse, repeat
+from itertools import filterfalse
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final
 
@@ -41,12 +41,10 @@ _id, _team, _instance_type, _gpus_of = [attrgetter(a) for a in ("id", "team", "i
 # those preempted before then looked at one by one (their back-off, POLICY.md 3.5).
 _grouping = attrgetter("team", "instance_type", "gpus", "priority_class", "preemptions")
 Grouping = tuple[str, str, int, str | None, int]
-_submit_time, _seq, _priority_class, _nodes = [
-    attrgetter(a) for a in ("submit_time", "seq", "priority_class", "nodes")
-]
-# A pending job in its group: its queue order key (POLICY.md 3.1: minus its priority, submit
-# time, seq, id) and the job, made in the snapshot's order (``CycleState._build``); a tuple of
-# any length for the compiled build (``batched.Slot``).
+_submit_time, _seq, _nodes = [attrgetter(a) for a in ("submit_time", "seq", "nodes")]
+# A pending job in its group: its queue order key but the priority, which is its group's
+# (POLICY.md 3.1: submit time, seq, id), and the job, made in the snapshot's order
+# (``CycleState._build``); a tuple of any length for the compiled build (``batched.Slot``).
 GroupSlot = tuple[Any, ...]
 # What a pending reason's message is made of, the first item of its key (``reason_for``).
 _OVER_LIMIT: Final = 0
@@ -375,9 +373,7 @@ class CycleState:
             # by functions written in C (``map`` of ``list.append`` over the groups' lists,
             # drained by a ``deque`` that keeps nothing): the jobs lie in memory in about that
             # order, and reading them group by group instead took twice as long.
-            negated = {name: -weight for name, weight in weights.items()}
             slots = zip(
-                map(negated.get, map(_priority_class, pending), repeat(0)),
                 map(_submit_time, pending),
                 map(_seq, pending),
                 map(_id, pending),
