@@ -183,22 +183,24 @@ class _Team:
         self.lone = state.team.preempt_team_tasks == PreemptTeamTasks.LOWER_OR_NEWER_EQUAL_PRIORITY
         # Consumed, not yet final (``LogEntry``).
         self.log: list[LogEntry] = []
-        # The shapes by the order key of their next job: (minus its priority, its slot, id,
-        # shape), cleaned lazily (an entry whose slot is no longer its shape's next is
-        # skipped). Whatever moves a shape's cursor pushes its new next job, or marks the heap
-        # ``dirty`` (rebuilt when next read).
-        self.heap: list[tuple[int, Slot, int, _Shape]] = []
+        # The shapes by the order key of their next job: (minus its priority, the items of its
+        # slot, id, shape), cleaned lazily (an entry whose job is no longer its shape's next
+        # is skipped). Whatever moves a shape's cursor pushes its new next job, or marks the
+        # heap ``dirty`` (rebuilt when next read). One flat tuple: a heap compares its entries
+        # item by item, and a nested tuple is compared twice (once for equality, then for
+        # order).
+        self.heap: list[tuple[Any, ...]] = []
         self.dirty = True
 
     def rebuild(self) -> None:
-        self.heap = [(s.neg, s.keys[s.at], id(s), s) for s in self.shapes if s.at < len(s.keys)]
+        self.heap = [(s.neg, *s.keys[s.at], id(s), s) for s in self.shapes if s.at < len(s.keys)]
         heapq.heapify(self.heap)
         self.dirty = False
 
     def push(self, shape: _Shape) -> None:
         """The shape's cursor moved forward: enter its next job."""
         if not self.dirty and shape.at < len(shape.keys):
-            heapq.heappush(self.heap, (shape.neg, shape.keys[shape.at], id(shape), shape))
+            heapq.heappush(self.heap, (shape.neg, *shape.keys[shape.at], id(shape), shape))
 
     def add(self, shape: _Shape) -> None:
         self.shapes.append(shape)
@@ -214,14 +216,13 @@ class _Team:
             self.rebuild()
         heap = self.heap
         while heap:
-            _, key, _, shape = heap[0]
+            entry = heap[0]
+            shape: _Shape = entry[-1]
             at = shape.at
-            # The same job in the slot, by identity of the job, not equality of the slots:
-            # compiled by mypyc, a slot is a C struct boxed anew each time it is read, and its
-            # ``==`` compares the jobs with the dataclass ``__eq__`` (field by field, in Python:
-            # 14% of a what-if replay's engine time), where ``tuple.__eq__`` first tests
-            # identity.
-            if at < len(shape.keys) and shape.keys[at][3] is key[3]:
+            # The same job at the cursor, by identity of the job: never the dataclass
+            # ``__eq__`` of two jobs, field by field in Python (once 14% of a what-if replay's
+            # engine time, when the compiled build compared slots unpacked into C structs).
+            if at < len(shape.keys) and shape.keys[at][3] is entry[4]:
                 return shape
             heapq.heappop(heap)  # stale: that shape has moved on
         return None
@@ -423,7 +424,8 @@ class BatchedCycle:
             self.pending.update(dict.fromkeys(ids, _inactive(state.team_list[index])))
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
-        self.heads: list[tuple[Key, int]] = []
+        # (*key, team version): one flat tuple (``_Team.heap``).
+        self.heads: list[Key] = []
         self.epoch = queues.epoch_base  # bumped by every start, preemption and hold
         self.first_epoch = self.epoch
         self.carry = not self.strict
@@ -514,7 +516,7 @@ class BatchedCycle:
             return
         shape = team.head()
         if shape is not None:
-            heapq.heappush(self.heads, (self._key(team, shape, shape.at), team.version))
+            heapq.heappush(self.heads, (*self._key(team, shape, shape.at), team.version))
 
     def _advance(self, team: _Team, base: Key) -> None:
         """Consume the team's jobs of failing shapes up to its next job ``N`` of a shape that is
@@ -558,7 +560,7 @@ class BatchedCycle:
             team.push(shape)
         if nxt is not None:
             own = self._key(team, nxt, nxt.at)
-            heapq.heappush(self.heads, (own if own > top else top, team.version))
+            heapq.heappush(self.heads, (*(own if own > top else top), team.version))
 
     def _settle_logs(self, event: Key | None) -> list[_Team]:
         """A change happened at key ``event`` (None: the cycle ended). Consumed jobs that come
@@ -704,10 +706,11 @@ class BatchedCycle:
         heads = self.heads
         teams = self.teams
         while heads:
-            key, version = heapq.heappop(heads)
-            team = teams[key[-1]]
-            if version != team.version:
+            entry = heapq.heappop(heads)
+            team = teams[entry[-2]]
+            if entry[-1] != team.version:
                 continue  # a stale entry: the team was re-ranked since
+            key = entry[:-1]
             shape = team.head()
             if shape is None:  # pragma: no cover - a team with no job is not in the heap
                 continue
