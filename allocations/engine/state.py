@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import filterfalse
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final
 
@@ -41,7 +40,7 @@ _id, _team, _instance_type, _gpus_of = [attrgetter(a) for a in ("id", "team", "i
 # those preempted before then looked at one by one (their back-off, POLICY.md 3.5).
 _grouping = attrgetter("team", "instance_type", "gpus", "priority_class", "preemptions")
 Grouping = tuple[str, str, int, str | None, int]
-_submit_time, _seq, _nodes = [attrgetter(a) for a in ("submit_time", "seq", "nodes")]
+_submit_time, _seq = attrgetter("submit_time"), attrgetter("seq")
 # A pending job in its group: its queue order key but the priority, which is its group's
 # (POLICY.md 3.1: submit time, seq, id), and the job, made in the snapshot's order
 # (``CycleState._build``); a tuple of any length for the compiled build (``batched.Slot``).
@@ -367,22 +366,24 @@ class CycleState:
         else:
             # The pending jobs are grouped by what a shape is made of (``pending_groups``) and
             # the groups, not the jobs, are checked: a few thousand lookups instead of 100k.
-            running = list(filter(_nodes, jobs))
-            pending = list(filterfalse(_nodes, jobs))
+            # Each attribute of a job is read once: a read costs more than the rest of what
+            # is done with it (``list.append``, a tuple made).
+            running: list[Job] = []
+            pending: list[Job] = []
+            for job in jobs:
+                if job.nodes:
+                    running.append(job)
+                else:
+                    pending.append(job)
+            ids = list(map(_id, pending))
             # Each job's slot is made here, in the snapshot's order, and put in its group, all
             # by functions written in C (``map`` of ``list.append`` over the groups' lists,
             # drained by a ``deque`` that keeps nothing): the jobs lie in memory in about that
             # order, and reading them group by group instead took twice as long.
-            slots = zip(
-                map(_submit_time, pending),
-                map(_seq, pending),
-                map(_id, pending),
-                pending,
-                strict=True,
-            )
+            slots = zip(map(_submit_time, pending), map(_seq, pending), ids, pending, strict=True)
             groups: defaultdict[Grouping, list[GroupSlot]] = defaultdict(list)
             deque(map(list.append, map(groups.__getitem__, map(_grouping, pending)), slots), maxlen=0)
-            used = self._check_jobs(running, types, node_type, groups, len(jobs))
+            used = self._check_jobs(running, types, node_type, groups, len(jobs), ids)
             self.pending_groups = groups
             jobs = running
 
@@ -423,15 +424,16 @@ class CycleState:
         node_type: dict[str, str],
         groups: dict[Grouping, list[GroupSlot]] | None = None,
         total: int = 0,
+        pending_ids: list[str] | None = None,
     ) -> dict[str, int]:
         """Validate the jobs; returns the GPUs in use per node. The common case (nothing wrong)
         is checked with set operations; the first bad job is then found one job at a time.
         With ``groups`` (the pending jobs, by team, instance type and GPUs among others),
-        ``jobs`` are the running ones and ``total`` the count of all: the snapshot's."""
+        ``jobs`` are the running ones, ``total`` the count of all (the snapshot's) and
+        ``pending_ids`` the ids of the others."""
         if groups is not None:
-            # Every id, read in the snapshot's order: the jobs lie in memory in about that
-            # order, and reading them group by group instead took three times as long.
-            ids = set(map(_id, self.snapshot.jobs))
+            ids = set(pending_ids or ())
+            ids.update(map(_id, jobs))
             fine = len(ids) == total and all(
                 team in self.teams and it in types and gpus > 0 for team, it, gpus, _, _ in groups
             )
