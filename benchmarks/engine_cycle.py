@@ -5,7 +5,8 @@
 For each case (pending jobs, running jobs, teams, nodes) and both ``idle_allocation`` modes it
 builds a busy cluster (quotas summing to 90% of the capacity, the running jobs filling it, some
 teams borrowing, three priority classes, a mix of reclaim settings) and times ``allocate`` once
-(best of ``--repeat``). The floor is the cheapest thing any cycle must do: sorting the pending
+(best of ``--repeat``, each timing of the cycle followed by one of the floor, so that both
+see the machine in the same state: its speed drifts by tens of percent within seconds). The floor is the cheapest thing any cycle must do: sorting the pending
 jobs by their queue order key (POLICY.md 3.1). Peak memory is what ``tracemalloc`` sees allocated
 during one more, separate, cycle.
 """
@@ -19,6 +20,7 @@ import random
 import sys
 import time
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -200,13 +202,15 @@ def build(
 TYPES_OBJ = tuple(InstanceType(name, GPUS_PER_NODE) for name in TYPES)
 
 
-def best_of(repeat: int, fn: object) -> float:
-    best = float("inf")
+def best_of(repeat: int, *fns: Callable[[], object]) -> list[float]:
+    """The best time of each function over ``repeat`` rounds, the functions taking turns."""
+    best = [float("inf")] * len(fns)
     for _ in range(repeat):
-        gc.collect()
-        start = time.perf_counter()
-        fn()  # type: ignore[operator]
-        best = min(best, time.perf_counter() - start)
+        for i, fn in enumerate(fns):
+            gc.collect()
+            start = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - start)
     return best
 
 
@@ -224,7 +228,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="only the small cases")
-    parser.add_argument("--repeat", type=int, default=3, help="best of N timings (default 3)")
+    parser.add_argument("--repeat", type=int, default=5, help="best of N timings (default 5)")
     parser.add_argument("--storm", action="store_true", help="also the reclaim-storm cases")
     parser.add_argument(
         "--stepped",
@@ -257,8 +261,9 @@ def main() -> None:
             else:
                 snapshot = settled(pending, running, teams, nodes, mode, stepped=kind == "stepped")
             plan = allocate(snapshot, 0.0)
-            cycle = best_of(args.repeat, lambda s=snapshot: allocate(s, 0.0))
-            base = best_of(args.repeat, lambda s=snapshot: floor(s))
+            cycle, base = best_of(
+                args.repeat, lambda s=snapshot: allocate(s, 0.0), lambda s=snapshot: floor(s)
+            )
             tracemalloc.start()
             allocate(snapshot, 0.0)
             _, peak = tracemalloc.get_traced_memory()
