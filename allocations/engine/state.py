@@ -344,7 +344,8 @@ class CycleState:
             for it_name in sorted(team.quotas):
                 if it_name not in types:
                     raise ValueError(f"teams[{i}].quotas: unknown instance type {it_name!r}")
-            if not 0 <= team.fair_share_weight <= 100:
+            # A whole number (share_units takes their least common multiple).
+            if not isinstance(team.fair_share_weight, int) or not 0 <= team.fair_share_weight <= 100:
                 raise ValueError(
                     f"teams[{i}].fair_share_weight: must be 0..100, got {team.fair_share_weight!r}"
                 )

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import allocations.engine as engine
 from allocations.engine import (
@@ -22,6 +25,7 @@ from allocations.engine import (
     job_priority,
     never_fits,
 )
+from allocations.engine.ranking import share_key, share_units
 
 P5 = "ml.p5.48xlarge"
 POLICY = ClusterPolicy(priority_classes=(PriorityClass("inference", 100), PriorityClass("training", 50)))
@@ -147,3 +151,40 @@ def _jobs(*specs: tuple[str, Job]) -> tuple[Job, ...]:
 def test_allocate_names_the_first_bad_job_pending_or_running(jobs: tuple[Job, ...], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         allocate(dataclasses.replace(SNAPSHOT, jobs=jobs), 0.0)
+
+
+@pytest.mark.parametrize("weight", [101, -1])
+def test_allocate_rejects_a_fair_share_weight_out_of_0_to_100(weight: int) -> None:
+    teams = (SNAPSHOT.teams[0], dataclasses.replace(SNAPSHOT.teams[1], fair_share_weight=weight))
+    with pytest.raises(ValueError, match=r"teams\[1\]\.fair_share_weight: must be 0\.\.100, got "):
+        allocate(dataclasses.replace(SNAPSHOT, teams=teams), 0.0)
+
+
+def test_allocate_refuses_a_fair_share_weight_that_is_not_a_whole_number() -> None:
+    # Outside the declared type (``int``): the sources raise ValueError naming the field, the
+    # compiled build TypeError when it reads the attribute. Neither computes a share with it.
+    teams = (SNAPSHOT.teams[0], dataclasses.replace(SNAPSHOT.teams[1], fair_share_weight=1.5))
+    with pytest.raises((ValueError, TypeError)):
+        allocate(dataclasses.replace(SNAPSHOT, teams=teams), 0.0)
+
+
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 100)), min_size=2, max_size=8))
+@settings(max_examples=300, deadline=None)
+def test_s3_2_share_keys_order_teams_as_the_exact_ratio_borrowed_over_weight(
+    teams: list[tuple[int, int]],
+) -> None:
+    """POLICY.md 3.2: shares compare as ``borrowed / weight`` exactly, a team of weight 0 that
+    borrows after every other, between those the unweighted ``borrowed``; the units come from
+    the weights of the cycle's teams only (``share_units``)."""
+    units = share_units(w for _, w in teams)
+
+    def exact(borrowed: int, weight: int) -> tuple[int, Fraction]:
+        if borrowed <= 0:
+            return (0, Fraction(0))
+        return (1, Fraction(borrowed)) if weight == 0 else (0, Fraction(borrowed, weight))
+
+    for b1, w1 in teams:
+        for b2, w2 in teams:
+            mine, theirs = share_key(b1, units[w1], 1), share_key(b2, units[w2], 1)
+            assert (mine < theirs) == (exact(b1, w1) < exact(b2, w2))
+            assert (mine == theirs) == (exact(b1, w1) == exact(b2, w2))
