@@ -17,6 +17,8 @@ between borrowers by fair-share weight up to their borrow limits; the engine's o
    minutes to 6 hours; so the wait-time charts and a what-if replay of that window see the
    load the capacity history shows. Before the window, a sample of jobs for the wait charts.
 Running it again replaces the history of the period (and the earlier ``backfill-`` jobs).
+The history ends now, or at ``--end``: the same seed and end give the same history (the demand
+follows the hour of the day and the day of the week, so the end matters as much as the seed).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import random
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -161,7 +163,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--days", type=int, default=90, help="Days of history to write (default 90)")
-        parser.add_argument("--seed", type=int, default=6, help="Random seed (same seed, same history)")
+        parser.add_argument(
+            "--seed", type=int, default=6, help="Random seed (the same seed and --end, the same history)"
+        )
+        parser.add_argument(
+            "--end",
+            help="When the history ends, ISO 8601 (default: now); UTC when it names no time zone",
+        )
         parser.add_argument(
             "--old-step", type=int, default=30, help="Minutes per step before the minute-sample window"
         )
@@ -177,6 +185,8 @@ class Command(BaseCommand):
             )
         began = time.perf_counter()
         now = timezone.now()
+        if options.get("end"):
+            now = self._end(options["end"], now)
         snapshot = build_snapshot(now)
         if not snapshot.teams or not snapshot.instance_types:
             raise CommandError("no teams or instance types in the database: run `manage.py load_demo` first")
@@ -198,6 +208,18 @@ class Command(BaseCommand):
             f"instance types: {minutes} minute rows, {hours} hour rows, {jobs} jobs "
             f"in {time.perf_counter() - began:.1f} s"
         )
+
+    @staticmethod
+    def _end(value: str, now: datetime) -> datetime:
+        try:
+            end = datetime.fromisoformat(value)
+        except ValueError:
+            raise CommandError(f"--end: not an ISO 8601 date and time, got {value!r}") from None
+        if timezone.is_naive(end):
+            end = end.replace(tzinfo=UTC)
+        if end > now:
+            raise CommandError(f"--end: must not be in the future, got {value!r}")
+        return end
 
     def _clear(self, start: datetime, end: datetime, *, jobs: bool) -> None:
         TeamUsageMinute.objects.filter(minute__gte=start, minute__lte=end).delete()
