@@ -71,11 +71,11 @@ OrderKey = tuple[int, float, int, str]
 # (``_Shape.neg``), then the job (or its record, for a job preempted in the cycle): (submit
 # time, seq, id, job or record). Ids are unique, so no comparison reaches the job; a 3-tuple
 # (submit time, seq, id) sorts just before the slot of its own job. With the submit time first,
-# sorting compares the floats directly, not the equal priorities first (half the time of a
-# shape's sort). Typed as a tuple of any length, which the compiled build keeps as the tuple
-# object: read from a list, a tuple of fixed type is unpacked into a C struct (every item
-# checked) and boxed anew when stored or compared, about 10% of a settled 100k-job
-# first-come-first-serve cycle.
+# a sort compares the floats with its own fast comparison, not the equal priorities first and
+# then the floats generically. Typed as a tuple of any length, which the compiled build keeps
+# as the tuple object: read from a list, a tuple of fixed type is unpacked into a C struct
+# (every item checked) and boxed anew when stored or compared, about 10% of a settled
+# 100k-job first-come-first-serve cycle.
 Slot = tuple[Any, ...]
 _slot_id = itemgetter(2)
 Key = tuple[Any, ...]
