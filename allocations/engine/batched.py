@@ -567,24 +567,30 @@ class BatchedCycle:
         before it keep their reasons; the rest are given back. Returns the teams given back."""
         given_back: list[_Team] = []
         pending = self.pending
+        # The event's key in parts: its rank (as long as every rank of the cycle), minus its
+        # priority, its slot.
+        n = 3 if self.fair_share else 1
+        head: Key = ()
+        ev_neg = 0
+        ev_slot: Slot = ()
+        if event is not None:
+            head, ev_neg, ev_slot = event[:n], event[n], event[n + 1 : n + 5]
         for team in self.logged:
             # The first job given back, in queue order: its shape's ``neg`` and its slot.
             cut: Slot | None = None
             cut_neg = 0
             if event is not None:
                 for shape, start, end, _, rank in team.log:
-                    n = len(rank)
-                    head = event[:n]
                     if rank > head:
                         at = start
                     elif rank < head:
                         continue
-                    elif shape.neg != event[n]:
-                        if shape.neg < event[n]:
+                    elif shape.neg != ev_neg:
+                        if shape.neg < ev_neg:
                             continue  # each of its jobs comes before the event
                         at = start
                     else:
-                        at = bisect_right(shape.keys, event[n + 1 : n + 5], start, end)
+                        at = bisect_right(shape.keys, ev_slot, start, end)
                     if at < end:
                         first = shape.keys[at]
                         if cut is None or shape.neg < cut_neg or (shape.neg == cut_neg and first < cut):
