@@ -5,7 +5,8 @@ Shares are compared exactly: ``share(t) = 1000 * borrowed(t) / pool / weight(t)`
 held as the integer ``borrowed * (L // weight)`` (``weight``'s *unit*) with ``L`` the least
 common multiple of the weights of the cycle's teams: exact, and as cheap to compare as any
 integer. (The multiple of every weight 1..100 would do for any teams, but it is a 41-digit number,
-and products of it are compared digit by digit: 2-3% of a 100k-job fair-share cycle.)
+and products of it are compared digit by digit; with shares also compared item by item, a settled
+100k-job fair-share cycle went from 0.33 to 0.27 s, session 11.)
 """
 
 from __future__ import annotations
