@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 
 GPUS_PER_NODE = 8
 NODES = 128  # 1,024 GPUs of one instance type
-LOAD = 0.85  # the GPU-hours asked, as a share of the window's capacity
+LOAD = 0.85  # the GPU-hours asked, as a share of the window's capacity (--load)
 
 
 class EngineClock:
@@ -81,7 +81,7 @@ def setup_django(db: Path) -> None:
     call_command("migrate", verbosity=0)
 
 
-def write_history(jobs: int, teams: int, days: int, seed: int) -> tuple[object, object]:
+def write_history(jobs: int, teams: int, days: int, seed: int, load: float = LOAD) -> tuple[object, object]:
     """Nodes, teams with quotas that add up to the cluster, and ``jobs`` finished jobs."""
     from django.utils import timezone
 
@@ -121,7 +121,7 @@ def write_history(jobs: int, teams: int, days: int, seed: int) -> tuple[object, 
     start = now - timedelta(days=days)
     sizes = (1, 2, 4, 8, 8, 16)
     mean_gpus = sum(sizes) / len(sizes)
-    mean_hours = capacity * days * 24 * LOAD / jobs / mean_gpus
+    mean_hours = capacity * days * 24 * load / jobs / mean_gpus
     rows = []
     for i in range(jobs):
         team = rng.choices(team_rows, weights=weights)[0]
@@ -178,6 +178,7 @@ def main() -> int:
     parser.add_argument("--teams", type=int, default=50)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--load", type=float, default=LOAD, help="GPU-hours asked as a share of capacity")
     parser.add_argument("--step", type=int, default=60, help="time resolution of the scenario, s (0: exact)")
     parser.add_argument("--db", type=Path, help="SQLite file to create (default: a temporary one)")
     parser.add_argument(
@@ -204,7 +205,7 @@ def main() -> int:
             print(f"history reused from {db}: {Job.objects.count():,} jobs")
         else:
             started = time.perf_counter()
-            window_start, window_end = write_history(args.jobs, args.teams, args.days, args.seed)
+            window_start, window_end = write_history(args.jobs, args.teams, args.days, args.seed, args.load)
             print(f"history written: {args.jobs:,} jobs, {args.teams} teams, {NODES} nodes "
                   f"in {time.perf_counter() - started:.1f} s")  # fmt: skip
 

@@ -39,8 +39,8 @@ from operator import itemgetter
 from typing import Any
 
 from .placement import NodeShare
-from .preemption import find_victims_once, in_back_off
-from .ranking import share_key
+from .preemption import find_victims_once, in_back_off, own_candidates, share_at_least, team_limit_hopeless
+from .ranking import ShareKey, share_key
 from .snapshot import (
     IdleAllocation,
     Job,
@@ -87,7 +87,10 @@ Ident = tuple[int, str, int, int, bool]  # team index, instance type, GPUs, prio
 # that failed (any preemption there, or a share rising); a fair-share search that ended for
 # want of a team with a share as high (GPUs freed there, or a share rising); no search (only
 # GPUs freed there).
-_SEARCHED, _SHARE_BOUND, _NO_SEARCH = 0, 1, 2
+# A job over its team's borrow limit whose search could not bring it under it with its own
+# team's candidates (or that may not search): only its team's usage and candidates there
+# decide it, in this cycle and the next ones of a session (``_TEAM_LIMIT``).
+_SEARCHED, _SHARE_BOUND, _NO_SEARCH, _TEAM_LIMIT = 0, 1, 2, 3
 
 
 class _Shape:
@@ -97,6 +100,7 @@ class _Shape:
         "at",
         "eligible",
         "fail_borrowed",
+        "fail_cands",
         "fail_epoch",
         "fail_free",
         "fail_kind",
@@ -153,6 +157,7 @@ class _Shape:
         # Its team's borrowed GPUs and usage of the type: fair share reads the team's share.
         self.fail_borrowed = 0
         self.fail_usage = 0
+        self.fail_cands = -1  # its team's ``cand_version`` there (``_TEAM_LIMIT``)
         self.reason_at = -1  # the type's ``version`` when ``fail_reason`` was made
         # ``BatchedCycle._rank``, with the team's usage and borrowed GPUs it was made at.
         self.rank: tuple[int, ...] = ()
@@ -165,6 +170,63 @@ class _Shape:
         at = max(self.at, bisect_left(self.keys, key[1:], self.at))
         self.keys.insert(at, (key[1], key[2], key[3], item))
         self.ids.insert(at, key[3])
+
+
+class FollowOn:
+    """What a cycle that changed something leaves for the next cycle at the same instant
+    (``BatchedCycle.run``, ``Session``): that cycle starts from the very accounting this one
+    ended with, once its plan is applied and nothing else happened, so the memory of the
+    shapes' failures (``BatchedCycle._carried``) goes on from where this cycle left it.
+
+    What differs there from the end of this cycle: the jobs it started are running jobs, and so
+    preemption candidates, which jobs started in a cycle are not in that cycle. The next cycle
+    forgets the failed searches that those candidates could turn (``BatchedCycle.follow``).
+    Not after a cycle that held capacity for a reclaiming team (POLICY.md 3.3): a hold lasts
+    until the end of its cycle, so the next one starts with more pool than this one ended
+    with."""
+
+    __slots__ = ("epoch", "first", "started", "starts", "victims")
+
+    def __init__(self, cycle: BatchedCycle) -> None:
+        self.epoch = cycle.epoch
+        self.first = cycle.first_epoch
+        # The teams that started jobs, by instance type; the starts (id -> nodes) and the
+        # victims' ids, which the next snapshot must differ by and by nothing else.
+        self.started: dict[str, set[int]] = {}
+        for rec, saved in cycle.changes:
+            if saved is None:
+                self.started.setdefault(rec.ts.name, set()).add(rec.team.index)
+        self.starts: dict[str, NodeShare] = {s.job_id: s.nodes for s in cycle.starts}
+        self.victims: set[str] = {p.job_id for p in cycle.preemptions}
+
+    def matches(self, removed: tuple[Job, ...], added: tuple[Job, ...]) -> bool:
+        """Whether the jobs removed and added since are exactly this cycle's plan applied: each
+        started job pending -> running on its nodes, each victim running -> pending (a victim
+        started again in the cycle: running -> running on its new nodes)."""
+        starts, victims = self.starts, self.victims
+        if len(removed) != len(starts) + len(victims) - len(victims & starts.keys()):
+            return False
+        if len(added) != len(starts) + len(victims) - len(victims & starts.keys()):
+            return False
+        gone: set[str] = set()
+        for job in removed:
+            if job.nodes:
+                if job.id not in victims:
+                    return False
+            elif job.id not in starts or job.id in victims:
+                return False
+            gone.add(job.id)
+        if len(gone) != len(removed):
+            return False
+        came: set[str] = set()
+        for job in added:
+            if job.nodes:
+                if starts.get(job.id) != job.nodes:
+                    return False
+            elif job.id not in victims or job.id in starts:
+                return False
+            came.add(job.id)
+        return len(came) == len(added)
 
 
 class _Team:
@@ -405,11 +467,12 @@ class Queues:
 
 
 class BatchedCycle:
-    def __init__(self, queues: Queues, now: float) -> None:
+    def __init__(self, queues: Queues, now: float, follow: FollowOn | None = None) -> None:
         self.queues = queues
         self.state = state = queues.state
         state.now = now
-        state.reset_epochs()
+        # The epochs of the instance types go on counting from the cycles before (a session's):
+        # a memory of one of those cycles matches them only if nothing changed there since.
         self.now = now
         self.fair_share = queues.fair_share
         self.strict = queues.strict
@@ -439,6 +502,55 @@ class BatchedCycle:
         self.inserted: list[tuple[_Shape, JobRecord]] = []
         self.created: list[_Shape] = []
         self.rested = False  # set by ``run``: the cycle changed nothing (not under strict FIFO)
+        self.held_any = False  # a hold was taken (POLICY.md 3.3)
+        # Set by ``run`` after a change, for the next cycle at this instant (``FollowOn``).
+        self.follow_on: FollowOn | None = None
+        if follow is not None:
+            self._follow(follow)
+
+    def _follow(self, follow: FollowOn) -> None:
+        """Go on from the memory of the cycle before at this instant (``FollowOn``), from its
+        first epoch (the instance types' epochs go on counting), so that what failed there
+        since the last change that could help fails here without a test (``_carried``), but not the failed searches that its started jobs, candidates now,
+        could turn: on an instance type where jobs started, a search that failed in full, any
+        search of a team that started jobs there (its own new candidates), and under fair
+        share a search that ended at the share bound when a team that started jobs there has
+        a share at least the one the search needed (rules A and B take victims only from
+        teams with such a share)."""
+        state = self.state
+        self.first_epoch = follow.first
+        assert self.epoch > follow.epoch  # no memory of that cycle matches ``epoch`` exactly
+        if not follow.started:
+            return
+        fair_share = self.fair_share
+        teams = state.team_list
+        top: dict[str, ShareKey] = {}
+        if fair_share:
+            for name, indices in follow.started.items():
+                top[name] = max(teams[i].share for i in indices)
+        first = follow.first
+        for team in self.teams:
+            for shape in team.shapes:
+                kind = shape.fail_kind
+                if shape.fail_epoch < first or kind == _NO_SEARCH:
+                    continue
+                started = follow.started.get(shape.ts.name)
+                if started is None:
+                    continue
+                if team.state.index in started:
+                    shape.fail_epoch = -1  # its own new candidates
+                    continue
+                if kind == _TEAM_LIMIT:
+                    continue
+                if kind == _SEARCHED or not fair_share:
+                    shape.fail_epoch = -1
+                    continue
+                tt, g, own = shape.tt, shape.gpus, team.state
+                extra = max(0, tt.usage + g - tt.quota) - max(0, tt.usage - tt.quota)
+                if share_at_least(
+                    top[shape.ts.name], share_key(own.borrowed + extra, own.unit, state.pool_total)
+                ):
+                    shape.fail_epoch = -1
 
     # -- keys ------------------------------------------------------------------------------
     def _rank(self, team: TeamState, shape: _Shape) -> tuple[int, ...]:
@@ -486,22 +598,40 @@ class BatchedCycle:
         ``preemption.find_victims_once``). Only the reason is made again, in the current
         state: its figures may have moved. Not across a lone team's jobs, nor under strict
         FIFO, where a failure blocks the team."""
-        if not self.carry or shape.fail_epoch < self.first_epoch:
+        if not self.carry:
             return None
         tt, ts = shape.tt, shape.ts
         state = self.state
         kind = shape.fail_kind
-        if kind == _SEARCHED:
+        if kind == _TEAM_LIMIT:
+            # Also from an earlier cycle of a session: its team's limit cannot change without
+            # a new state, nor its usage and candidates there without these moving. But a
+            # failed search holds its team's quota (POLICY.md 3.3) once per cycle: not from an
+            # earlier cycle where this one would hold.
+            if shape.fail_epoch < 0 or tt.usage != shape.fail_usage or tt.cand_version != shape.fail_cands:
+                return None
+            if (
+                shape.fail_epoch < self.first_epoch
+                and shape.eligible
+                and shape.team.team.reclaim != Reclaim.ANY
+            ):
+                return None
+        elif shape.fail_epoch < self.first_epoch:
+            return None
+        elif kind == _SEARCHED:
             if shape.fail_pe != state.preempt_epoch[ts.name]:
                 return None
         elif shape.fail_free != state.free_epoch[ts.name] or (
             kind == _SHARE_BOUND and shape.fail_rise != state.rise_epoch[ts.name]
         ):
             return None
-        if (tt.usage + shape.gpus <= tt.quota) != shape.fail_within:
-            return None
-        if self.fair_share and (shape.team.borrowed != shape.fail_borrowed or tt.usage != shape.fail_usage):
-            return None
+        if kind != _TEAM_LIMIT:
+            if (tt.usage + shape.gpus <= tt.quota) != shape.fail_within:
+                return None
+            if self.fair_share and (
+                shape.team.borrowed != shape.fail_borrowed or tt.usage != shape.fail_usage
+            ):
+                return None
         if shape.reason_at != ts.version:
             shape.fail_reason = self.state.reason_for(shape.team, tt, ts, shape.gpus)
             shape.reason_at = ts.version
@@ -649,6 +779,7 @@ class BatchedCycle:
                 return changed
             if rec.team.team.reclaim != Reclaim.ANY and state.hold(rec.tt, rec.ts):
                 self.epoch += 1
+                self.held_any = True
             shape.fail_kind = _SHARE_BOUND if state.share_bound else _SEARCHED
         else:
             shape.fail_kind = _NO_SEARCH
@@ -657,6 +788,14 @@ class BatchedCycle:
             shape.fail_reason = state.reason(rec)
             shape.reason_at = ts.version
         why = shape.fail_reason
+        if why.code == PendingCode.BORROW_LIMIT and (
+            not shape.eligible or team_limit_hopeless(rec, own_candidates(rec), within_quota=False)
+        ):
+            # Over its team's limit (POLICY.md 5.4) even with every own candidate gone, and
+            # other teams' victims do not lower its team's usage: nothing but that usage
+            # changes this (nor the reason's figures, all its team's own).
+            shape.fail_kind = _TEAM_LIMIT
+            shape.fail_cands = rec.tt.cand_version
         shape.fail_epoch = self.epoch
         name = ts.name
         shape.fail_pe = state.preempt_epoch[name]
@@ -743,6 +882,8 @@ class BatchedCycle:
         rested = self.epoch == self.queues.epoch_base and not self.strict
         self.queues.epoch_base = self.epoch if rested else self.epoch + 1
         self.rested = rested
+        if not rested and not self.strict and not self.held_any:
+            self.follow_on = FollowOn(self)
         return Plan(starts=tuple(self.starts), preemptions=tuple(self.preemptions), pending=self.pending)
 
     def quiet(self, before: dict[str, PendingReason]) -> Plan | None:

@@ -495,7 +495,7 @@ def _no_candidates(rec: JobRecord) -> bool:
     return not rec.tt.candidates
 
 
-def _team_limit_hopeless(rec: JobRecord, own: list[JobRecord], within_quota: bool) -> bool:
+def team_limit_hopeless(rec: JobRecord, own: list[JobRecord], within_quota: bool) -> bool:
     """Cheap necessary test: even preempting every own-team candidate leaves the team over the
     limit (other teams' victims do not lower the preemptor's own usage)."""
     tt = rec.tt
@@ -568,7 +568,7 @@ def _first_come_first_serve(state: CycleState, rec: JobRecord) -> Victims | None
     within = tt.usage + rec.gpus <= tt.quota
     own = own_candidates(rec)
     own_gpus = sum(c.gpus for c in own)
-    if not _team_limit_hopeless(rec, own, within_quota=True):
+    if not team_limit_hopeless(rec, own, within_quota=True):
         found = borrowers(state, rec.ts, _reclaim_threshold(rec))
         if not _cannot_free_enough(state, rec, own_gpus, found.freeable(rec.team, rec.ts)):
             others = found.others(rec.team)
@@ -580,7 +580,7 @@ def _first_come_first_serve(state: CycleState, rec: JobRecord) -> Victims | None
         return None
     if effective_preempt_while_borrowing(team) == PreemptWhileBorrowing.NEVER:
         return None
-    if _team_limit_hopeless(rec, own, within_quota=False):
+    if team_limit_hopeless(rec, own, within_quota=False):
         return None
     found_b = borrowers(state, rec.ts, rec.priority, team.preempt_while_borrowing_max_priority)
     if _cannot_free_enough(state, rec, own_gpus, found_b.freeable(rec.team, rec.ts)):
@@ -615,7 +615,7 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
     own_team = rec.team
     within = tt.usage + rec.gpus <= tt.quota
     own = own_candidates(rec)
-    if _team_limit_hopeless(rec, own, within_quota=False):
+    if team_limit_hopeless(rec, own, within_quota=False):
         # Its own team's limit, usage and candidates decide this, and the memory of failed
         # searches holds the team's borrowed GPUs and usage: nothing another team does
         # changes it, so it is remembered as long as a failure at the share bound.

@@ -7,7 +7,9 @@ pending jobs sorted by shape) and, at the next call, brings it up to date with t
 differ, by object identity: a few inserts and removals instead of a rebuild. Each cycle's own
 changes are taken back afterwards, since the next snapshot says what was applied. After a
 cycle that changed nothing, while only pending jobs come and go, the next cycle decides only
-the new jobs' shapes (``BatchedCycle.quiet``).
+the new jobs' shapes (``BatchedCycle.quiet``). After a cycle that changed something, when
+the next snapshot is that cycle's plan applied and nothing else, at the same instant, the next
+cycle goes on from its memory of failed decisions (``batched.FollowOn``).
 
 Every call returns exactly ``allocate(snapshot, now)`` (the tests compare them cycle by cycle).
 Whatever the session cannot follow (other teams, nodes or policy, time going back, a job it
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from .batched import BatchedCycle, Queues
+from .batched import BatchedCycle, FollowOn, Queues
 from .cycle import gc_paused
 from .snapshot import Job, PendingReason, Plan, Snapshot
 from .state import JobRecord
@@ -38,7 +40,11 @@ class Session:
         # The reasons of the last cycle when it changed nothing (``BatchedCycle.quiet``): the
         # session reads that plan's ``pending`` again, so callers leave it as it is.
         self._quiet: dict[str, PendingReason] | None = None
+        # The last cycle's ``FollowOn``, its queues and time, for the next cycle.
+        self._follow: tuple[FollowOn, Queues, float] | None = None
+        self._changes: tuple[tuple[Job, ...], tuple[Job, ...]] | None = None  # set by _update
         self.rebuilds = 0  # how often it started again from a snapshot
+        self.followed = 0  # cycles that went on from the one before (``FollowOn``)
         self.quiet_cycles = 0  # cycles decided by ``BatchedCycle.quiet``
         self.quiet_given_up = 0  # and those it gave up (a new job changed something)
 
@@ -51,6 +57,8 @@ class Session:
         self._queues = None  # until this call has brought it up to date
         quiet = self._quiet
         self._quiet = None
+        follow = self._follow
+        self._follow = None
         if queues is None or not self._update(queues, snapshot, now):
             queues = Queues(snapshot, now)
             self.rebuilds += 1
@@ -63,17 +71,34 @@ class Session:
         try:
             plan: Plan | None = None
             if quiet is not None and queues.quiet_added is not None:
+                state = queues.state
+                epochs = (state.preempt_epoch.copy(), state.free_epoch.copy(), state.rise_epoch.copy())
                 cycle = BatchedCycle(queues, now)
                 plan = cycle.quiet(quiet)
                 cycle.undo()
                 if plan is None:
+                    # Taken back with the rest: the memories of the cycle at rest before
+                    # (at these epochs) hold again for the cycle that follows.
+                    state.preempt_epoch, state.free_epoch, state.rise_epoch = epochs
                     self.quiet_given_up += 1
                 else:
                     self.quiet_cycles += 1
             if plan is None:
-                cycle = BatchedCycle(queues, now)
+                on: FollowOn | None = None
+                if (
+                    follow is not None
+                    and follow[1] is queues
+                    and follow[2] == now
+                    and (changes := self._changes) is not None
+                    and follow[0].matches(*changes)
+                ):
+                    on = follow[0]
+                    self.followed += 1
+                cycle = BatchedCycle(queues, now, on)
                 plan = cycle.run()
                 cycle.undo()
+                if cycle.follow_on is not None:
+                    self._follow = (cycle.follow_on, queues, now)
         except BaseException:
             self._queues = None
             raise
@@ -85,7 +110,9 @@ class Session:
         return plan
 
     def _update(self, queues: Queues, snapshot: Snapshot, now: float) -> bool:
-        """Bring ``queues`` to ``snapshot``; False when it must be built again."""
+        """Bring ``queues`` to ``snapshot``; False when it must be built again. The jobs removed
+        and added are left in ``_changes``."""
+        self._changes = None
         last = queues.snapshot
         if (
             snapshot.instance_types is not last.instance_types
@@ -116,6 +143,7 @@ class Session:
                 removed = tuple(old[k] for k in old.keys() - new.keys())
                 added = tuple(new[k] for k in new.keys() - old.keys())
                 self._jobs = new
+            self._changes = (removed, added)
             state = queues.state
             ids = self._ids
             for job in removed:

@@ -602,7 +602,9 @@ class CycleState:
                     epochs[name] += 1
 
     def reset_epochs(self) -> None:
-        """A cycle's epochs start at 0 (its memory of failures is its own)."""
+        """The epochs start at 0. A session's cycles share one state, and its epochs go on
+        counting from one cycle to the next (``batched.BatchedCycle``): a cycle's memory of a
+        failure then never matches a later cycle's epochs by chance."""
         self.preempt_epoch = dict.fromkeys(self.types, 0)
         self.free_epoch = dict.fromkeys(self.types, 0)
         self.rise_epoch = dict.fromkeys(self.types, 0)

@@ -15,7 +15,9 @@ import heapq
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from itertools import chain
+from itertools import chain, repeat
+from operator import add, mul
+from typing import TypeVar
 
 from allocations.engine.accounting import attribute, quota_terms
 from allocations.engine.snapshot import Job, JobChanges, Node, PendingReason, Plan, Snapshot, Team
@@ -26,6 +28,10 @@ from .scenario import Cancel, NodeDown, NodeUp, Scenario, ScenarioError, Scenari
 Allocate = Callable[[Snapshot, float], Plan]
 # What ``Replay._measure`` reads of the teams and the policy on one instance type.
 _TypeSetup = tuple[str, int, list[tuple[str, str]], list[int], list[int], int]
+# The teams' rates from one accounting: their names, then GPUs used, borrowed, lent and idle
+# quota, one list each in the order of the names.
+_TeamRates = tuple[tuple[str, ...], list[float], list[float], list[float], list[float]]
+_K = TypeVar("_K")
 Progress = Callable[[float, float | None, int, int], None]  # now, end, jobs done, jobs
 
 # Cycles at one instant before the replay gives up: back-off (POLICY.md 3.5) makes the cycles
@@ -147,6 +153,9 @@ class Replay:
         self.serial = 0
         self.used: dict[tuple[str, str], int] = {}
         self.pending_gpus: dict[tuple[str, str], tuple[int, int]] = {}
+        # Running and pending GPUs per instance type, kept as they move (``_measure``).
+        self.type_used: dict[str, int] = {}
+        self.type_waiting: dict[str, int] = {}
         # What the accounting of ``_measure`` reads besides the pending GPUs: it is made again
         # only when one of these moved (a start or stop, a team or policy update).
         self.used_version = 0
@@ -154,8 +163,11 @@ class Replay:
         self._accounted: tuple[object, ...] | None = None
         # Per instance type, what the accounting reads of the teams and the policy: (type,
         # capacity, (team, type) keys, quotas, lendable GPUs, unallocated capacity).
-        self._setup: tuple[object, list[_TypeSetup]] | None = None
-        self._team_rates: dict[str, tuple[float, float, float, float]] = {}
+        # The team names in that order (one tuple while the setup stands).
+        self._setup: tuple[object, list[_TypeSetup], tuple[str, ...]] | None = None
+        # The teams' rates (GPUs used, borrowed, lent, idle quota: one list each, in the order
+        # of ``names``) and the instance types' (capacity, allocated, idle per type).
+        self._team_rates: _TeamRates = ((), [], [], [], [])
         self._type_rates: tuple[int, int, dict[str, int]] = (0, 0, {})
         self.reasons: Mapping[str, PendingReason] = {}
 
@@ -175,10 +187,14 @@ class Replay:
         self.done = 0
         # Integrals, in GPU-seconds.
         self.last_time = 0.0
-        self.rates: tuple[dict[str, tuple[float, float, float, float]], float, float, float] = ({}, 0, 0, 0)
+        self.rates: tuple[_TeamRates, float, float, float] = (self._team_rates, 0, 0, 0)
         self.team_seconds = {
             name: [0.0, 0.0, 0.0, 0.0] for name in self.teams
-        }  # used, borrowed, lent, idle quota
+        }  # used, borrowed, lent, idle quota; up to date after ``_flush_teams``
+        # The running sums of ``team_seconds`` while the same teams have rates: one list per
+        # figure, in the order of ``_summed_names`` (an instant adds four lists, not 200 items).
+        self._summed_names: tuple[str, ...] = ()
+        self._summed: list[list[float]] = [[], [], [], []]
         self.capacity_seconds = 0.0
         self.allocated_seconds = 0.0
         self.idle_waiting_seconds = 0.0
@@ -190,7 +206,7 @@ class Replay:
     # ------------------------------------------------------------------------------------
     # Starting and stopping jobs
 
-    def _add(self, table: dict[tuple[str, str], int], key: tuple[str, str], delta: int) -> None:
+    def _add(self, table: dict[_K, int], key: _K, delta: int) -> None:
         table[key] = table.get(key, 0) + delta
 
     def _enqueue(self, run: _Run, now: float, requeued: bool = False) -> None:
@@ -204,6 +220,7 @@ class Replay:
         key = (run.spec.team, run.spec.instance_type)
         gpus, count = self.pending_gpus.get(key, (0, 0))
         self.pending_gpus[key] = (gpus + run.spec.gpus, count + 1)
+        self._add(self.type_waiting, run.spec.instance_type, run.spec.gpus)
 
     def _dequeue(self, run: _Run) -> None:
         del self.pending[run.spec.seq]
@@ -211,6 +228,7 @@ class Replay:
         key = (run.spec.team, run.spec.instance_type)
         gpus, count = self.pending_gpus[key]
         self.pending_gpus[key] = (gpus - run.spec.gpus, count - 1)
+        self._add(self.type_waiting, run.spec.instance_type, -run.spec.gpus)
 
     def _start(
         self, run: _Run, nodes: tuple[tuple[str, int], ...], started_at: float, initial: bool = False
@@ -233,6 +251,7 @@ class Replay:
             self.node_jobs[name].add(spec.seq)
         self.running[spec.seq] = run
         self._add(self.used, (spec.team, spec.instance_type), spec.gpus)
+        self._add(self.type_used, spec.instance_type, spec.gpus)
         self.used_version += 1
         if spec.duration is not None:
             heapq.heappush(self.finishes, (started_at + spec.duration, spec.seq, run.generation))
@@ -245,6 +264,7 @@ class Replay:
         del self.running[spec.seq]
         self._removed(self.running_jobs.pop(spec.seq))
         self._add(self.used, (spec.team, spec.instance_type), -spec.gpus)
+        self._add(self.type_used, spec.instance_type, -spec.gpus)
         self.used_version += 1
         run.nodes = ()
         run.generation += 1
@@ -490,32 +510,36 @@ class Replay:
                     per_type.append(
                         (instance_type, cap, keys, *quota_terms(self.teams_tuple, instance_type, cap))
                     )
-                self._setup = (setup, per_type)
+                self._setup = (setup, per_type, tuple(team.name for team in self.teams_tuple))
             used = self.used
             share = self.policy.share_unallocated
-            teams: dict[str, list[float]] = {}
+            names = self._setup[2]
+            sums: list[list[float]] = []
             capacity = allocated = 0
             idle: dict[str, int] = {}
             for instance_type, cap, keys, quotas, lendables, unallocated in self._setup[1]:
                 rows_used = [used.get(k, 0) for k in keys]
                 unused, borrowed, lent, _ = attribute(rows_used, quotas, lendables, unallocated, share)
-                for i, (name, _) in enumerate(keys):
-                    t = teams.setdefault(name, [0.0, 0.0, 0.0, 0.0])
-                    t[0] += rows_used[i]
-                    t[1] += borrowed[i]
-                    t[2] += lent[i]
-                    t[3] += max(0.0, unused[i] - lent[i])
-                type_allocated = sum(gpus for k, gpus in used.items() if k[1] == instance_type)
+                # Each team's figures summed over the instance types, from 0.0 as floats.
+                rows = [
+                    [0.0 + u for u in rows_used],
+                    [0.0 + b for b in borrowed],
+                    [0.0 + x for x in lent],
+                    [0.0 + max(0.0, u - x) for u, x in zip(unused, lent, strict=True)],
+                ]
+                # Every type's keys are the teams, in the order of ``names``.
+                sums = [list(map(add, a, b)) for a, b in zip(sums, rows, strict=True)] if sums else rows
+                type_allocated = self.type_used.get(instance_type, 0)
                 capacity += cap
                 allocated += type_allocated
                 idle[instance_type] = max(0, cap - type_allocated)
-            self._team_rates = {k: (v[0], v[1], v[2], v[3]) for k, v in teams.items()}
+            if not sums:
+                sums = [[0.0] * len(names) for _ in range(4)]
+            self._team_rates = (names, sums[0], sums[1], sums[2], sums[3])
             self._type_rates = (capacity, allocated, idle)
             self._accounted = key
         capacity, allocated, idle = self._type_rates
-        waiting: dict[str, int] = {}
-        for (_, instance_type), (gpus, _) in self.pending_gpus.items():
-            waiting[instance_type] = waiting.get(instance_type, 0) + gpus
+        waiting = self.type_waiting
         idle_waiting = sum(min(free, waiting.get(name, 0)) for name, free in idle.items())
         self.rates = (self._team_rates, capacity, allocated, idle_waiting)
 
@@ -523,17 +547,27 @@ class Replay:
         span = to - self.last_time
         if span <= 0:
             return
-        teams, capacity, allocated, idle_waiting = self.rates
-        for name, (used, borrowed, lent, idle_quota) in teams.items():
-            acc = self.team_seconds.setdefault(name, [0.0, 0.0, 0.0, 0.0])
-            acc[0] += used * span
-            acc[1] += borrowed * span
-            acc[2] += lent * span
-            acc[3] += idle_quota * span
+        (names, *rates), capacity, allocated, idle_waiting = self.rates
+        assert len(rates) == 4
+        if names is not self._summed_names:
+            self._flush_teams()
+            self._summed_names = names
+            seconds = [self.team_seconds.setdefault(name, [0.0, 0.0, 0.0, 0.0]) for name in names]
+            self._summed = [[row[i] for row in seconds] for i in range(4)]
+        # Each team's figure += its rate * span, as four lists.
+        self._summed = [
+            list(map(add, summed, map(mul, rate, repeat(span))))
+            for summed, rate in zip(self._summed, rates, strict=True)
+        ]
         self.capacity_seconds += capacity * span
         self.allocated_seconds += allocated * span
         self.idle_waiting_seconds += idle_waiting * span
         self.last_time = to
+
+    def _flush_teams(self) -> None:
+        """Bring ``team_seconds`` up to date with the running sums."""
+        for i, name in enumerate(self._summed_names):
+            self.team_seconds[name] = [figure[i] for figure in self._summed]
 
     # ------------------------------------------------------------------------------------
     # The run
@@ -583,6 +617,7 @@ class Replay:
                 self.progress(now, self.end, self.done, len(self.runs))
         end_time = self.end if self.end is not None else self.last_time
         self._integrate(end_time)
+        self._flush_teams()
         if self.progress is not None:
             self.progress(end_time, self.end, self.done, len(self.runs))
         return self._result(end_time)

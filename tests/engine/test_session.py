@@ -154,6 +154,34 @@ def test_quiet_cycles_on_replays_that_once_caught_them_out(seed: int, pitfall: s
     assert both.session.quiet_given_up > 0
 
 
+@pytest.mark.parametrize(
+    ("seed", "pitfall"),
+    [
+        (1039, "epochs"),
+        (1138, "epochs"),
+        (2096, "epochs"),
+        (2273, "epochs"),
+        (6, "hold"),
+        (109, "hold"),
+        (339, "hold"),
+    ],
+)
+def test_cycles_that_go_on_from_the_one_before_on_replays_that_once_caught_them_out(
+    seed: int, pitfall: str
+) -> None:
+    """After a cycle that changed something, the next cycle at the same instant goes on from
+    its memory of failures (``batched.FollowOn``), and a job over its team's borrow limit
+    keeps its failure from cycle to cycle while its team's usage and candidates there stand
+    (``batched._TEAM_LIMIT``). Each of these replays differed from ``allocate`` in a first
+    version of that. ``epochs``: the instance types' epochs started again at 0 in each cycle,
+    so a memory made in a cycle that went on from another (at that cycle's epochs) matched the
+    next cycle's epochs by chance. ``hold``: a failure kept from an earlier cycle skipped the
+    search that would have held the team's quota in this one (POLICY.md 3.3)."""
+    both = Both()
+    replay(parse_scenario(random_scenario(random.Random(seed)), name="random"), allocate=both)
+    assert both.session.followed > 0
+
+
 def test_most_cycles_after_a_quiet_one_decide_only_the_new_jobs() -> None:
     """A full cluster and a stream of jobs that cannot start: each cycle after one that
     changed nothing decides only the jobs submitted since (with the same plans as
