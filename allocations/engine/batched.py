@@ -105,6 +105,7 @@ class _Shape:
         "fail_free",
         "fail_kind",
         "fail_pe",
+        "fail_pool",
         "fail_reason",
         "fail_rise",
         "fail_usage",
@@ -152,6 +153,11 @@ class _Shape:
         self.fail_kind = _SEARCHED
         self.fail_pe = -1
         self.fail_free = -1
+        # The pool its team could still take when its job failed for want of it (fits()' pool
+        # test), else -1: a search that ended at the share bound, or no search, fails again
+        # while its team's usage stands and that pool does not grow, GPUs freed or not (a
+        # freed GPU lowers no share, and the share bound is all that search read).
+        self.fail_pool = -1
         self.fail_rise = -1
         self.fail_within = False
         # Its team's borrowed GPUs and usage of the type: fair share reads the team's share.
@@ -621,9 +627,15 @@ class BatchedCycle:
         elif kind == _SEARCHED:
             if shape.fail_pe != state.preempt_epoch[ts.name]:
                 return None
-        elif shape.fail_free != state.free_epoch[ts.name] or (
-            kind == _SHARE_BOUND and shape.fail_rise != state.rise_epoch[ts.name]
+        elif kind == _SHARE_BOUND and shape.fail_rise != state.rise_epoch[ts.name]:
+            return None
+        elif shape.fail_free != state.free_epoch[ts.name] and (
+            shape.fail_pool < 0
+            or tt.usage != shape.fail_usage
+            or state.pool_available(tt, ts) > shape.fail_pool
         ):
+            # GPUs were freed there, and the job did not fail for want of pool that is still
+            # wanting (its team's usage as it was, the pool it may take no larger).
             return None
         if kind != _TEAM_LIMIT:
             if (tt.usage + shape.gpus <= tt.quota) != shape.fail_within:
@@ -800,6 +812,11 @@ class BatchedCycle:
         name = ts.name
         shape.fail_pe = state.preempt_epoch[name]
         shape.fail_free = state.free_epoch[name]
+        tt = rec.tt
+        kept = tt.kept
+        above = max(0, tt.usage + rec.gpus - kept) - max(0, tt.usage - kept)
+        pool = state.pool_available(tt, ts)
+        shape.fail_pool = pool if above and above > pool else -1
         shape.fail_rise = state.rise_epoch[name]
         shape.fail_within = rec.tt.usage + rec.gpus <= rec.tt.quota
         shape.fail_borrowed = rec.team.borrowed
