@@ -86,7 +86,8 @@ Ident = tuple[int, str, int, int, bool]  # team index, instance type, GPUs, prio
 # How a shape's job failed, which says what may make its twins succeed (``_carried``): a search
 # that failed (any preemption there, or a share rising); a fair-share search that ended for
 # want of a team with a share as high (GPUs freed there, or a share rising); no search (only
-# GPUs freed there).
+# GPUs freed there). The last two, when the job failed for want of pool, hold after GPUs are
+# freed as long as that pool has not grown (``_Shape.fail_pool``).
 # A job over its team's borrow limit whose search could not bring it under it with its own
 # team's candidates (or that may not search): only its team's usage and candidates there
 # decide it, in this cycle and the next ones of a session (``_TEAM_LIMIT``).
@@ -210,9 +211,8 @@ class FollowOn:
         started job pending -> running on its nodes, each victim running -> pending (a victim
         started again in the cycle: running -> running on its new nodes)."""
         starts, victims = self.starts, self.victims
-        if len(removed) != len(starts) + len(victims) - len(victims & starts.keys()):
-            return False
-        if len(added) != len(starts) + len(victims) - len(victims & starts.keys()):
+        moved = len(starts) + len(victims) - len(victims & starts.keys())
+        if len(removed) != moved or len(added) != moved:
             return False
         gone: set[str] = set()
         for job in removed:
@@ -517,12 +517,13 @@ class BatchedCycle:
     def _follow(self, follow: FollowOn) -> None:
         """Go on from the memory of the cycle before at this instant (``FollowOn``), from its
         first epoch (the instance types' epochs go on counting), so that what failed there
-        since the last change that could help fails here without a test (``_carried``), but not the failed searches that its started jobs, candidates now,
-        could turn: on an instance type where jobs started, a search that failed in full, any
-        search of a team that started jobs there (its own new candidates), and under fair
-        share a search that ended at the share bound when a team that started jobs there has
-        a share at least the one the search needed (rules A and B take victims only from
-        teams with such a share)."""
+        since the last change that could help fails here without a test (``_carried``), but
+        not the failed searches that its started jobs, candidates now, could turn: on an
+        instance type where jobs started, a search that failed in full, any search of a team
+        that started jobs there (its own new candidates), and under fair share a search that
+        ended at the share bound when a team that started jobs there has a share at least the
+        one the search needed (rules A and B take victims only from teams with such a
+        share)."""
         state = self.state
         self.first_epoch = follow.first
         assert self.epoch > follow.epoch  # no memory of that cycle matches ``epoch`` exactly
@@ -601,9 +602,13 @@ class BatchedCycle:
         ended for want of a team with a share as high, while no GPUs were freed there and no
         share rose (``rise_epoch``); under fair share also while its team's borrowed GPUs and
         usage there stand (what the cycle's memory of failed searches rests on:
-        ``preemption.find_victims_once``). Only the reason is made again, in the current
-        state: its figures may have moved. Not across a lone team's jobs, nor under strict
-        FIFO, where a failure blocks the team."""
+        ``preemption.find_victims_once``). GPUs freed do not count against a job that failed
+        for want of pool while that pool has not grown (``_Shape.fail_pool``). A job over its
+        team's borrow limit even without its team's candidates fails again while its team's
+        usage and candidates there stand, also from an earlier cycle of a session
+        (``_TEAM_LIMIT``). Only the reason is made again, in the current state: its figures may
+        have moved. Not across a lone team's jobs, nor under strict FIFO, where a failure
+        blocks the team."""
         if not self.carry:
             return None
         tt, ts = shape.tt, shape.ts
