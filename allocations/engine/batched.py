@@ -46,6 +46,7 @@ from .snapshot import (
     Job,
     PendingCode,
     PendingReason,
+    PendingReasons,
     Plan,
     Preemption,
     PreemptionReason,
@@ -488,9 +489,12 @@ class BatchedCycle:
             team.dirty = True
             for shape in team.shapes:
                 shape.at = 0
+        # The plan's reasons (``PendingReasons``): the jobs decided one by one, and the runs
+        # of twins that failed together (a copy of the ids each).
         self.pending: dict[str, PendingReason] = {}
+        self.runs: list[tuple[list[str], PendingReason]] = []
         for index, ids in queues.inactive.items():
-            self.pending.update(dict.fromkeys(ids, _inactive(state.team_list[index])))
+            self.runs.append((list(ids), _inactive(state.team_list[index])))
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
         # (*key, team version): one flat tuple (``_Team.heap``).
@@ -713,7 +717,7 @@ class BatchedCycle:
         """A change happened at key ``event`` (None: the cycle ended). Consumed jobs that come
         before it keep their reasons; the rest are given back. Returns the teams given back."""
         given_back: list[_Team] = []
-        pending = self.pending
+        runs = self.runs
         # The event's key in parts: its rank (as long as every rank of the cycle), minus its
         # priority, its slot.
         n = 3 if self.fair_share else 1
@@ -750,7 +754,7 @@ class BatchedCycle:
                 else:
                     stop = bisect_left(shape.keys, cut, start, end)
                 if stop > start:
-                    pending.update(dict.fromkeys(shape.ids[start:stop], reason))
+                    runs.append((shape.ids[start:stop], reason))
                 if stop < end:
                     shape.at = min(shape.at, stop)
                     team.dirty = True
@@ -906,9 +910,13 @@ class BatchedCycle:
         self.rested = rested
         if not rested and not self.strict and not self.held_any:
             self.follow_on = FollowOn(self)
-        return Plan(starts=tuple(self.starts), preemptions=tuple(self.preemptions), pending=self.pending)
+        return Plan(
+            starts=tuple(self.starts),
+            preemptions=tuple(self.preemptions),
+            pending=PendingReasons(self.runs, self.pending),
+        )
 
-    def quiet(self, before: dict[str, PendingReason]) -> Plan | None:
+    def quiet(self, before: PendingReasons) -> Plan | None:
         """``run``, for the cycle after one that changed nothing (``before``: its reasons) when
         since then only pending jobs came and went (``Queues.quiet_added`` and ``quiet_gone``):
         the accounting is the very same, so every shape that failed then fails again with the
@@ -936,8 +944,13 @@ class BatchedCycle:
                 if shape.fail_epoch > epoch:  # a hold: that memory is of a state to be undone
                     shape.fail_epoch = -1
                 return None
-        pending = before.copy()
-        for job_id in self.queues.quiet_gone:
+        # ``before`` less the jobs gone, with the new ones: its runs as they are, less every
+        # job gone since (a job that came back, moved out of its back-off, is one of the
+        # singles, which are read after ``gone``).
+        runs, singles, gone = before.parts()
+        pending = dict(singles)
+        gone_now = self.queues.quiet_gone
+        for job_id in gone_now:
             pending.pop(job_id, None)
         for job_id, item in added.items():
             if isinstance(item, PendingReason):
@@ -946,8 +959,10 @@ class BatchedCycle:
                 reason = item.unfit or item.fail_reason
                 assert reason is not None
                 pending[job_id] = reason
+        if gone_now:
+            gone = gone | gone_now
         self.rested = True
-        return Plan(pending=pending)
+        return Plan(pending=PendingReasons(runs, pending, gone))
 
     def _finish(self) -> None:
         """Reasons for the jobs left behind a blocked head (strict FIFO)."""
@@ -962,7 +977,7 @@ class BatchedCycle:
             for shape in team.shapes:
                 rest = shape.ids[shape.at :]
                 if rest:
-                    self.pending.update(dict.fromkeys(rest, shape.unfit or blocked))
+                    self.runs.append((rest, shape.unfit or blocked))
 
     def undo(self) -> None:
         """Take back everything the cycle changed in its ``Queues`` (a session's next cycle

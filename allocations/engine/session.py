@@ -23,7 +23,7 @@ from typing import cast
 
 from .batched import BatchedCycle, FollowOn, Queues
 from .cycle import gc_paused
-from .snapshot import Job, PendingReason, Plan, Snapshot
+from .snapshot import Job, PendingReasons, Plan, Snapshot
 from .state import JobRecord
 
 
@@ -38,8 +38,8 @@ class Session:
         self._ids: set[str] = set()
         self._serial: int | None = None  # the serial of the last snapshot
         # The reasons of the last cycle when it changed nothing (``BatchedCycle.quiet``): the
-        # session reads that plan's ``pending`` again, so callers leave it as it is.
-        self._quiet: dict[str, PendingReason] | None = None
+        # session reads that plan's ``pending`` again (which no one may change).
+        self._quiet: PendingReasons | None = None
         # The last cycle's ``FollowOn``, its queues and time, for the next cycle.
         self._follow: tuple[FollowOn, Queues, float] | None = None
         self._changes: tuple[tuple[Job, ...], tuple[Job, ...]] | None = None  # set by _update
@@ -103,7 +103,7 @@ class Session:
             self._queues = None
             raise
         if cycle.rested:
-            self._quiet = cast(dict[str, PendingReason], plan.pending)
+            self._quiet = cast(PendingReasons, plan.pending)
             queues.quiet_added, queues.quiet_gone = {}, set()
         else:
             queues.quiet_added = None

@@ -6,7 +6,7 @@ clock starts at 0; the Celery loop passes Unix timestamps. Nothing here imports 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -202,6 +202,90 @@ class Preemption:
 class PendingReason:
     code: PendingCode
     message: str
+
+
+class PendingReasons(Mapping[str, PendingReason]):
+    """``Plan.pending`` as the batched cycle makes it: *runs* of jobs that share one reason
+    (the twins of a shape that failed together, a list of ids each) less the ids in ``gone``
+    (jobs that left since the plan a quiet cycle starts from), and the jobs decided one by one
+    (``singles``). No id is in two runs, nor in a run and the singles unless it is in ``gone``
+    (a job that left its run and came back, in a quiet cycle, moved out of its back-off).
+
+    A dict of every pending job is made only when the plan is read as a mapping, once; a
+    reader of every plan of a replay that follows the jobs by their reason's code (the
+    what-if lab's ``ReasonRecorder``) takes the runs as they are (``parts``) instead. With
+    thousands of jobs waiting, that dict, made at every cycle, was one of the largest costs of
+    a what-if replay besides the engine's decisions themselves.
+
+    Nothing here may change once the plan is returned: the lists are the cycle's own copies."""
+
+    __slots__ = ("_dict", "gone", "runs", "singles")
+
+    def __init__(
+        self,
+        runs: Sequence[tuple[Sequence[str], PendingReason]] = (),
+        singles: Mapping[str, PendingReason] | None = None,
+        gone: frozenset[str] = frozenset(),
+    ) -> None:
+        self.runs = runs
+        self.singles: Mapping[str, PendingReason] = {} if singles is None else singles
+        self.gone = gone
+        self._dict: dict[str, PendingReason] | None = None
+
+    def parts(
+        self,
+    ) -> tuple[Sequence[tuple[Sequence[str], PendingReason]], Mapping[str, PendingReason], frozenset[str]]:
+        """(runs, singles, gone): the mapping is the runs' ids less ``gone``, and the singles."""
+        return self.runs, self.singles, self.gone
+
+    def _read(self) -> dict[str, PendingReason]:
+        made = self._dict
+        if made is None:
+            made = {}
+            for ids, reason in self.runs:
+                made.update(dict.fromkeys(ids, reason))
+            for job_id in self.gone:
+                made.pop(job_id, None)
+            made.update(self.singles)
+            self._dict = made
+        return made
+
+    def __getitem__(self, job_id: str) -> PendingReason:
+        return self._read()[job_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._read())
+
+    def __len__(self) -> int:
+        return len(self._read())
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._read()
+
+    def get(self, job_id: str, default: PendingReason | None = None) -> PendingReason | None:  # type: ignore[override]
+        return self._read().get(job_id, default)
+
+    # The dict's own views: ``Mapping``'s would call ``__getitem__`` once per job.
+    def keys(self) -> KeysView[str]:
+        return self._read().keys()
+
+    def items(self) -> ItemsView[str, PendingReason]:
+        return self._read().items()
+
+    def values(self) -> ValuesView[PendingReason]:
+        return self._read().values()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PendingReasons):
+            return self._read() == other._read()
+        if isinstance(other, Mapping):
+            return self._read() == dict(other.items())
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PendingReasons({self._read()!r})"
 
 
 @dataclass(frozen=True, slots=True)

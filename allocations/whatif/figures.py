@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from allocations.engine.snapshot import PendingCode, PendingReason, Plan, Snapshot
+from allocations.engine.snapshot import PendingCode, PendingReason, PendingReasons, Plan, Snapshot
 from allocations.simulation.result import JobResult, Result, percentile, to_json
 from allocations.simulation.scenario import Scenario
 
@@ -53,43 +53,116 @@ class ReasonRecorder:
     each reason code. The cycles of one instant take no time, so only the last plan of an
     instant counts: it holds until the next instant. Each plan is therefore kept until a cycle
     at a later time (or ``finish``) shows it was the last of its instant, and only then read; a
-    reason a job had only between two cycles of one instant is not recorded."""
+    reason a job had only between two cycles of one instant is not recorded. An interval keeps
+    the message its reason had when it began.
+
+    The jobs are kept by code as sets of ids (``by_code``). A plan of the batched engine gives
+    its reasons as runs of twins (``PendingReasons.parts``); a run whose jobs all had its code
+    already is passed over with one set test, so only the jobs whose code changed, the jobs
+    decided one by one and, when jobs left, one set difference are Python's work: not one step
+    per pending job at every instant."""
 
     def __init__(self, allocate: Allocate) -> None:
         self.allocate = allocate
         self.current: dict[str, tuple[PendingCode, float, str]] = {}  # job -> (code, since, message)
         self.seconds: dict[str, dict[str, float]] = {}
         self.messages: dict[tuple[str, str], str] = {}
-        self.held: tuple[Mapping[str, PendingReason], float] | None = None  # the last plan, its time
-        self.last: Mapping[str, PendingReason] = {}  # the reasons last recorded
+        self.held: tuple[Plan, float] | None = None  # the last plan, its time
+        self.by_code: dict[PendingCode, set[str]] = {}  # the jobs of ``current`` by their code
+        # The pending jobs that left since the plan last recorded (None: not known, ``_follow``),
+        # and the serial of the last snapshot.
+        self.left: set[str] | None = None
+        self.serial: int | None = None
 
     def __call__(self, snapshot: Snapshot, now: float) -> Plan:
         plan = self.allocate(snapshot, now)
         if self.held is not None and now > self.held[1]:
             self._record(*self.held)
-        self.held = (plan.pending, now)
+        self._follow(snapshot)
+        self.held = (plan, now)
         return plan
 
-    def _record(self, pending: Mapping[str, PendingReason], now: float) -> None:
-        current = self.current
-        for job_id in current.keys() - pending.keys():
-            self._close(job_id, now)
-        # Most jobs wait on with the very reason object they had last time (the engine keeps
-        # its reasons by their figures): only the others are looked at. The jobs in
-        # ``current`` are those of ``last``, each with its reason's code.
-        seen = self.last.get
-        for job_id in [job_id for job_id, reason in pending.items() if seen(job_id) is not reason]:
-            reason = pending[job_id]
+    def _follow(self, snapshot: Snapshot) -> None:
+        """Note the pending jobs that left, from what the snapshot says changed since the one
+        before (``Snapshot.changes``, the simulator's): pending jobs removed, less those added
+        back (a job preempted, or moved out of its back-off). With the jobs its plan starts,
+        they are the jobs of the plan recorded before that are not in the next one. Without an
+        unbroken series of such changes, ``_record`` finds them by comparing all the pending
+        jobs."""
+        changes = snapshot.changes
+        serial, self.serial = self.serial, snapshot.serial
+        left = self.left
+        if left is None or changes is None or serial is None or changes.since != serial:
+            self.left = None
+            return
+        for job in changes.removed:
+            if not job.nodes:
+                left.add(job.id)
+        for job in changes.added:
+            if not job.nodes:
+                left.discard(job.id)
+
+    def _record(self, plan: Plan, now: float) -> None:
+        pending = plan.pending
+        runs: Sequence[tuple[Sequence[str], PendingReason]]
+        singles: Mapping[str, PendingReason]
+        if isinstance(pending, PendingReasons):
+            runs, singles, gone = pending.parts()
+        else:
+            runs, singles, gone = (), pending, frozenset()
+        current, by_code = self.current, self.by_code
+        count = len(singles)
+        for ids, reason in runs:
+            count += len(ids)
+            have = by_code.get(reason.code)
+            if have is not None and have.issuperset(ids):
+                continue  # each of them waits on under its code (or has left: see below)
+            fresh = set(ids)
+            if have is not None:
+                fresh -= have
+            if gone:
+                fresh -= gone
+            for job_id in fresh:
+                self._open(job_id, reason, now)
+        for job_id, reason in singles.items():
             held = current.get(job_id)
-            code = reason.code
-            if held is None or held[0] is not code:
-                if held is not None:
+            if held is None or held[0] is not reason.code:
+                self._open(job_id, reason, now)
+        left, self.left = self.left, set()
+        if left is not None:
+            # The pending jobs that left: those ``_follow`` saw go, and those the plan starts.
+            for job_id in left:
+                if job_id in current:
                     self._close(job_id, now)
-                current[job_id] = (code, now, reason.message)
-        self.last = pending
+            for start in plan.starts:
+                if start.job_id in current:
+                    self._close(start.job_id, now)
+        elif gone or len(current) != count:
+            # Jobs have left (the runs and the singles are disjoint: without ``gone``, every
+            # job of ``current`` is counted here once).
+            now_ids: set[str] = set(singles)
+            for ids, _ in runs:
+                now_ids.update(ids)
+            if gone:
+                now_ids -= gone.difference(singles)
+            for job_id in current.keys() - now_ids:
+                self._close(job_id, now)
+
+    def _open(self, job_id: str, reason: PendingReason, now: float) -> None:
+        """The job waits with ``reason``'s code from ``now`` (closing the code it had)."""
+        if job_id in self.current:
+            self._close(job_id, now)
+        code = reason.code
+        self.current[job_id] = (code, now, reason.message)
+        have = self.by_code.get(code)
+        if have is None:
+            self.by_code[code] = {job_id}
+        else:
+            have.add(job_id)
 
     def _close(self, job_id: str, now: float) -> None:
         member, since, message = self.current.pop(job_id)
+        self.by_code[member].discard(job_id)
         code = member.value
         totals = self.seconds.setdefault(job_id, {})
         totals[code] = totals.get(code, 0.0) + (now - since)

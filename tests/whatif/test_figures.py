@@ -2,9 +2,30 @@
 
 from __future__ import annotations
 
-from allocations.engine.snapshot import PendingCode, PendingReason, Plan
+import dataclasses
+import random
+from collections import Counter
+
+import pytest
+
+from allocations.engine.session import Session
+from allocations.engine.snapshot import (
+    ClusterPolicy,
+    Job,
+    JobChanges,
+    PendingCode,
+    PendingReason,
+    PendingReasons,
+    Plan,
+    Snapshot,
+    Start,
+)
+from allocations.simulation import parse_scenario, replay
 from allocations.simulation.result import JobResult, PreemptionRecord
 from allocations.whatif.figures import ReasonRecorder, job_times
+from tests.engine.test_session import random_scenario
+
+EMPTY = Snapshot(instance_types=(), nodes=(), teams=(), policy=ClusterPolicy(), jobs=())
 
 
 def job(**fields) -> JobResult:
@@ -51,7 +72,7 @@ def test_the_recorder_keeps_the_reason_a_job_waited_longest_with():
     )
     recorder = ReasonRecorder(lambda snapshot, now: next(plans))
     for now in (0.0, 10.0, 400.0):
-        recorder(None, now)  # type: ignore[arg-type]
+        recorder(EMPTY, now)
     recorder.finish(400.0)
     assert recorder.seconds == {"7": {"no-idle-capacity": 10.0, "borrow-limit": 390.0}}
     assert recorder.main_reason("7") == {"code": "borrow-limit", "message": "over its borrow cap"}
@@ -72,7 +93,7 @@ def test_the_recorder_counts_only_the_last_plan_of_an_instant():
     )
     recorder = ReasonRecorder(lambda snapshot, now: next(plans))
     for now in (0.0, 0.0, 30.0):
-        recorder(None, now)  # type: ignore[arg-type]
+        recorder(EMPTY, now)
     recorder.finish(100.0)
     assert recorder.seconds == {"7": {"borrow-limit": 100.0}}
     assert recorder.main_reason("8") is None
@@ -87,3 +108,86 @@ def test_a_policy_whose_jobs_preempt_each_other_back_and_forth_is_warned_of() ->
     assert churn_warning("live", {"preemptions": 240, "starts": 1000, "lost_gpu_hours": 1}) is None
     assert churn_warning("live", {"preemptions": 19, "starts": 20, "lost_gpu_hours": 1}) is None
     assert churn_warning("live", {}) is None  # a result of an older release: no figures, no warning
+
+
+class Plainly:
+    """The session's plans with their reasons as a plain dict, and snapshots without their
+    changes: what the recorder reads job by job, the reference for its shortcuts."""
+
+    def __init__(self) -> None:
+        self.session = Session()
+
+    def __call__(self, snapshot: Snapshot, now: float) -> Plan:
+        plan = self.session(snapshot, now)
+        return dataclasses.replace(plan, pending=dict(plan.pending))
+
+
+def disjoint(pending: PendingReasons) -> None:
+    """No job in two runs, nor in a run and the singles unless it is gone from the runs."""
+    runs, singles, gone = pending.parts()
+    seen = Counter(job_id for ids, _ in runs for job_id in ids)
+    assert not [job_id for job_id, n in seen.items() if n > 1]
+    assert not [job_id for job_id in singles if job_id in seen and job_id not in gone]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_recorder_reading_runs_and_changes_adds_up_what_reading_every_job_does(seed: int) -> None:
+    """The recorder passes over runs of twins whose code stands and learns which jobs left
+    from the snapshots' changes; on random replays (preemptions, back-offs, cancellations,
+    nodes lost, quiet cycles) it must find, job by job and code by code, the seconds and the
+    messages found by reading every pending job of every plan."""
+    scenario = parse_scenario(random_scenario(random.Random(seed)))
+    session = Session()
+
+    def checked(snapshot: Snapshot, now: float) -> Plan:
+        plan = session(snapshot, now)
+        assert isinstance(plan.pending, PendingReasons)
+        disjoint(plan.pending)
+        return plan
+
+    fast = ReasonRecorder(checked)
+    result = replay(scenario, allocate=fast)
+    fast.finish(result.end_time)
+    plain = ReasonRecorder(Plainly())
+    unchanged = replay(
+        scenario, allocate=lambda snapshot, now: plain(dataclasses.replace(snapshot, changes=None), now)
+    )
+    assert unchanged.end_time == result.end_time
+    plain.finish(result.end_time)
+    assert fast.seconds == plain.seconds
+    assert fast.messages == plain.messages
+
+
+def test_a_job_that_starts_and_is_preempted_between_two_plans_recorded_waits_on() -> None:
+    """The recorder learns which jobs left from the snapshots' changes: a job removed as
+    pending (started) and added back as pending (preempted) at the same instant has not left,
+    and one the recorded plan starts has."""
+    waiting = PendingReason(PendingCode("no-idle-capacity"), "no idle GPUs")
+    b, c = (Job(name, "team-a", "p5", 8, 0.0) for name in "bc")
+    b_running = dataclasses.replace(b, nodes=(("n1", 8),), started_at=10.0)
+    c_running = dataclasses.replace(c, nodes=(("n2", 8),), started_at=10.0)
+
+    def snapshot(serial: int, removed: tuple[Job, ...] = (), added: tuple[Job, ...] = ()) -> Snapshot:
+        changes = None if serial == 1 else JobChanges(serial - 1, added, removed)
+        return dataclasses.replace(EMPTY, serial=serial, changes=changes)
+
+    def plan(*ids: str, starts: tuple[Start, ...] = ()) -> Plan:
+        return Plan(starts=starts, pending=PendingReasons([(list(ids), waiting)]))
+
+    cycles = [  # (time, snapshot, plan)
+        (0.0, snapshot(1), plan("a", "b", "c")),
+        (10.0, snapshot(2, (b,), (b_running,)), plan("a", "c")),  # b started
+        (10.0, snapshot(3, (b_running,), (b,)), plan("a", "b", "c")),  # b preempted
+        (10.0, snapshot(4), plan("a", "b", starts=(Start("c", (("n2", 8),)),))),  # the last of t=10
+        (30.0, snapshot(5, (c,), (c_running,)), plan("a", "b")),
+    ]
+    plans = iter(p for _, _, p in cycles)
+    recorder = ReasonRecorder(lambda snap, now: next(plans))
+    for now, snap, _ in cycles:
+        recorder(snap, now)
+    recorder.finish(40.0)
+    assert recorder.seconds == {
+        "a": {"no-idle-capacity": 40.0},
+        "b": {"no-idle-capacity": 40.0},  # it waited on
+        "c": {"no-idle-capacity": 10.0},
+    }
