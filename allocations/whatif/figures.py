@@ -57,10 +57,12 @@ class ReasonRecorder:
     the message its reason had when it began.
 
     The jobs are kept by code as sets of ids (``by_code``). A plan of the batched engine gives
-    its reasons as runs of twins (``PendingReasons.parts``); a run whose jobs all had its code
-    already is passed over with one set test, so only the jobs whose code changed, the jobs
-    decided one by one and, when jobs left, one set difference are Python's work: not one step
-    per pending job at every instant."""
+    its reasons as runs of twins (``PendingReasons.parts``): a run whose jobs all had its code
+    already is passed over with one set test, and a quiet cycle's plan, whose runs are those of
+    the plan recorded before, is not read beyond its new jobs. The jobs that left are those the
+    snapshots' changes took out of the queue and those the plan starts (``_follow``). So only
+    the jobs whose code changed and the jobs decided one by one are read one by one, not every
+    pending job at every instant."""
 
     def __init__(self, allocate: Allocate) -> None:
         self.allocate = allocate
@@ -69,6 +71,7 @@ class ReasonRecorder:
         self.messages: dict[tuple[str, str], str] = {}
         self.held: tuple[Plan, float] | None = None  # the last plan, its time
         self.by_code: dict[PendingCode, set[str]] = {}  # the jobs of ``current`` by their code
+        self.runs: Sequence[tuple[Sequence[str], PendingReason]] = ()  # the last plan's, read
         # The pending jobs that left since the plan last recorded (None: not known, ``_follow``),
         # and the serial of the last snapshot.
         self.left: set[str] | None = None
@@ -111,24 +114,30 @@ class ReasonRecorder:
         else:
             runs, singles, gone = (), pending, frozenset()
         current, by_code = self.current, self.by_code
+        left, self.left = self.left, set()
         count = len(singles)
-        for ids, reason in runs:
-            count += len(ids)
-            have = by_code.get(reason.code)
-            if have is not None and have.issuperset(ids):
-                continue  # each of them waits on under its code (or has left: see below)
-            fresh = set(ids)
-            if have is not None:
-                fresh -= have
-            if gone:
-                fresh -= gone
-            for job_id in fresh:
-                self._open(job_id, reason, now)
+        if left is not None and runs is self.runs:
+            # A quiet cycle's plan gives the very runs of the plan recorded before: the jobs
+            # in them wait on with those reasons, but those that left (below).
+            pass
+        else:
+            for ids, reason in runs:
+                count += len(ids)
+                have = by_code.get(reason.code)
+                if have is not None and have.issuperset(ids):
+                    continue  # each of them waits on under its code (or has left: see below)
+                fresh = set(ids)
+                if have is not None:
+                    fresh -= have
+                if gone:
+                    fresh -= gone
+                for job_id in fresh:
+                    self._open(job_id, reason, now)
+        self.runs = runs
         for job_id, reason in singles.items():
             held = current.get(job_id)
             if held is None or held[0] is not reason.code:
                 self._open(job_id, reason, now)
-        left, self.left = self.left, set()
         if left is not None:
             # The pending jobs that left: those ``_follow`` saw go, and those the plan starts.
             for job_id in left:
@@ -174,6 +183,7 @@ class ReasonRecorder:
             self.held = None
         for job_id in list(self.current):
             self._close(job_id, end)
+        self.runs = ()
 
     def main_reason(self, job_id: str) -> dict[str, str] | None:
         """The reason the job waited longest with (code and the engine's message)."""
