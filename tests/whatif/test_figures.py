@@ -147,6 +147,7 @@ def test_the_recorder_reading_runs_and_changes_adds_up_what_reading_every_job_do
 
     fast = ReasonRecorder(checked)
     result = replay(scenario, allocate=fast)
+    assert fast.left is not None  # it followed the snapshots' changes to the end
     fast.finish(result.end_time)
     plain = ReasonRecorder(Plainly())
     unchanged = replay(
