@@ -115,14 +115,10 @@ class ReasonRecorder:
             runs, singles, gone = (), pending, frozenset()
         current, by_code = self.current, self.by_code
         left, self.left = self.left, set()
-        count = len(singles)
-        if left is not None and runs is self.runs:
-            # A quiet cycle's plan gives the very runs of the plan recorded before: the jobs
-            # in them wait on with those reasons, but those that left (below).
-            pass
-        else:
+        # A quiet cycle's plan gives the very runs of the plan recorded before: the jobs in
+        # them wait on with those reasons, but those that left (below).
+        if left is None or runs is not self.runs:
             for ids, reason in runs:
-                count += len(ids)
                 have = by_code.get(reason.code)
                 if have is not None and have.issuperset(ids):
                     continue  # each of them waits on under its code (or has left: see below)
@@ -146,7 +142,7 @@ class ReasonRecorder:
             for start in plan.starts:
                 if start.job_id in current:
                     self._close(start.job_id, now)
-        elif gone or len(current) != count:
+        elif gone or len(current) != len(singles) + sum(len(ids) for ids, _ in runs):
             # Jobs have left (the runs and the singles are disjoint: without ``gone``, every
             # job of ``current`` is counted here once).
             now_ids: set[str] = set(singles)
