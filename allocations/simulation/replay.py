@@ -179,7 +179,9 @@ class Replay:
         self.events = sorted(scenario.events, key=lambda e: (e.at, e.seq))
         self.next_event = 0
         self.finishes: list[tuple[float, int, int]] = []  # (time, seq, generation)
-        self.ticks: list[float] = [0.0]  # time 0 and back-off retry cycles
+        # Time 0 and the back-off retry cycles: (time, seq of the job whose back-off ends
+        # then, its preemptions at that time); the entry of time 0 has seq -1.
+        self.ticks: list[tuple[float, int, int]] = [(0.0, -1, 0)]
 
         self.start_counter = 0
         self.cycles = 0
@@ -455,7 +457,9 @@ class Replay:
             run.preempted.append(PreemptionRecord(now, str(p.reason.value), p.preemptor))
             self._enqueue(run, now, requeued=True)
             # Back-off (POLICY.md 3.5): the job may preempt again from now + 2^(n-1): give it a cycle then.
-            heapq.heappush(self.ticks, now + 2.0 ** min(run.preemptions - 1, 60))
+            heapq.heappush(
+                self.ticks, (now + 2.0 ** min(run.preemptions - 1, 60), run.spec.seq, run.preemptions)
+            )
         for s in plan.starts:
             run = self.by_id.get(s.job_id)
             if run is None or run.state != PENDING:
@@ -590,9 +594,22 @@ class Replay:
             times.append(self.finishes[0][0])
         if not times and self.end is None and self.steps > 0:
             return None
+        # A retry cycle is due only while its job is pending with the same preemptions: one
+        # that started, was preempted again (a later back-off) or was cancelled since ends no
+        # back-off then, and the engine reads time for nothing else (POLICY.md 3.5), so that
+        # cycle would decide as the last one at rest did.
+        while self.ticks and not self._retry_due(self.ticks[0]):
+            heapq.heappop(self.ticks)
         if self.ticks:
-            times.append(self.ticks[0])
+            times.append(self.ticks[0][0])
         return min(times) if times else None
+
+    def _retry_due(self, tick: tuple[float, int, int]) -> bool:
+        _, seq, preemptions = tick
+        if seq < 0:
+            return True
+        run = self.runs[seq]
+        return run.state == PENDING and run.preemptions == preemptions
 
     def run(self) -> Result:
         self._place_initial()
@@ -603,7 +620,7 @@ class Replay:
             if now is None or (self.end is not None and now > self.end):
                 break
             self._integrate(now)
-            while self.ticks and self.ticks[0] <= now:
+            while self.ticks and self.ticks[0][0] <= now:
                 heapq.heappop(self.ticks)
             self._finish_due(now)
             self._apply_events(now)

@@ -275,6 +275,35 @@ def test_back_off_retry_cycles_run_before_the_end_but_do_not_extend_the_run() ->
     assert at_20.jobs["b2"].state == "pending"
 
 
+def test_a_retry_cycle_is_skipped_when_its_job_no_longer_waits_out_that_back_off() -> None:
+    # b3 waits all along (all its team may use, with b1 running for ever), so every time
+    # something happens has cycles.
+    waiting = RECLAIM + "  - {id: b3, team: team-b, gpus: 8, submit: 1, duration: null}\n"
+    assert replay(load(waiting), until=20).jobs["b3"].state == "pending"
+    # a1 runs half a second: b2, preempted at 5, starts again at 5.5, before its back-off ends
+    # at 6. Nothing happens at 6 (the engine reads the time only for back-offs, POLICY.md
+    # 3.5), so no cycle runs then: the cycles are those of a run that stops at 5.9.
+    restarted = load(waiting.replace("duration: 100}", "duration: 0.5}"))
+    before, after = replay(restarted, until=5.9), replay(restarted, until=20)
+    assert after.jobs["b2"].admitted_at == (0, 5.5)
+    assert after.cluster.cycles == before.cluster.cycles
+    # Cancelled at 5.5 instead: no cycle at 6 either.
+    cancelled = load(waiting + "events:\n  - {at: 5.5, cancel: b2}\n")
+    before, after = replay(cancelled, until=5.9), replay(cancelled, until=20)
+    assert after.jobs["b2"].state == "cancelled"
+    assert after.cluster.cycles == before.cluster.cycles
+    # Preempted again before its first back-off ends, the job's retry is at its second one.
+    again = load(
+        waiting.replace("duration: 100}", "duration: 0.5}")
+        + "  - {id: a2, team: team-a, gpus: 4, submit: 5.75, duration: null}\n"
+    )
+    result = replay(again, until=20)
+    assert [p.at for p in result.jobs["b2"].preempted] == [5, 5.75]
+    assert replay(again, until=6.5).cluster.cycles == replay(again, until=5.9).cluster.cycles
+    at_7, at_8 = replay(again, until=7.7), replay(again, until=7.75)
+    assert at_8.cluster.cycles == at_7.cluster.cycles + 1  # the retry at 5.75 + 2^1, not at 6
+
+
 def test_update_team_applies_at_its_time_and_a_waiting_job_then_fits() -> None:
     scenario = load(
         """
