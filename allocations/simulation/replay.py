@@ -11,6 +11,7 @@ changes, so a cycle's snapshot is one tuple of existing objects, not a rebuild.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -20,6 +21,7 @@ from operator import add, mul
 from typing import TypeVar
 
 from allocations.engine.accounting import attribute, quota_terms
+from allocations.engine.cycle import gc_paused
 from allocations.engine.snapshot import Job, JobChanges, Node, PendingReason, Plan, Snapshot, Team
 
 from .result import ClusterResult, JobResult, PreemptionRecord, Result, TeamResult, percentile
@@ -37,6 +39,8 @@ Progress = Callable[[float, float | None, int, int], None]  # now, end, jobs don
 # Cycles at one instant before the replay gives up: back-off (POLICY.md 3.5) makes the cycles
 # of one instant come to rest after a few rounds; far more than that is an engine bug.
 MAX_CYCLES_PER_INSTANT = 1_000
+# A garbage collection after this many node, team or policy events (``Replay.run``).
+COLLECT_AFTER_EVENTS = 16
 
 UNSUBMITTED, PENDING, RUNNING, FINISHED, CANCELLED, REJECTED = (
     "unsubmitted",
@@ -184,6 +188,7 @@ class Replay:
         self.ticks: list[tuple[float, int, int]] = [(0.0, -1, 0)]
 
         self.start_counter = 0
+        self.state_events = 0  # node, team and policy events since the last collection (``run``)
         self.cycles = 0
         self.steps = 0  # times processed
         self.done = 0
@@ -321,6 +326,8 @@ class Replay:
         while self.next_event < len(self.events) and self.events[self.next_event].at <= now:
             action = self.events[self.next_event].action
             self.next_event += 1
+            if not isinstance(action, Cancel):
+                self.state_events += 1
             if isinstance(action, NodeDown):
                 self._node_down(action, now)
             elif isinstance(action, NodeUp):
@@ -612,6 +619,18 @@ class Replay:
         return run.state == PENDING and run.preemptions == preemptions
 
     def run(self) -> Result:
+        # No cyclic garbage collection during the run (as during each of the engine's cycles):
+        # the replay and the engine's session free what they drop by reference counting
+        # (``tests/simulation/test_replay.py`` checks it), so a collection only walks the live
+        # jobs, records and plans and finds nothing: in the 100,000-job what-if replay, 31 full
+        # collections and 14,000 young ones, 8% of its time. But a session starts again from
+        # the snapshot after a node, team or policy change, and drops its state, which holds
+        # cycles (records and their teams): one collection every ``COLLECT_AFTER_EVENTS``
+        # such events keeps what waits to be collected to a few states.
+        with gc_paused():
+            return self._run()
+
+    def _run(self) -> Result:
         self._place_initial()
         self._measure()
         last_report = time.monotonic()
@@ -626,6 +645,9 @@ class Replay:
             self._apply_events(now)
             self._submit_due(now)
             self._settle(now)
+            if self.state_events >= COLLECT_AFTER_EVENTS:
+                self.state_events = 0
+                gc.collect()
             self._measure()
             self.last_time = now
             self.steps += 1

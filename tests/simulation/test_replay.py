@@ -346,3 +346,74 @@ def test_update_policy_applies_at_its_time() -> None:
     after = replay(scenario)
     assert after.jobs["small"].admitted_at == (30,)
     assert after.jobs["head"].state == "pending"
+
+
+def test_a_replay_makes_no_reference_cycles() -> None:
+    """``Replay.run`` pauses the cyclic garbage collector: it relies on the replay (the
+    simulator, the engine's session and its cycles) freeing what it drops by reference
+    counting. Random busy replays (preemptions, back-offs, cancels), through the what-if
+    lab's reason recorder, leave nothing for the collector to find, the session still held. (A node, team or policy change makes the
+    session start again and drop its state, which has cycles: the replay collects after
+    every ``COLLECT_AFTER_EVENTS`` of those, and they are left out here.)"""
+    import gc
+    import random
+
+    from allocations.engine.session import Session
+    from allocations.whatif.figures import ReasonRecorder
+    from tests.engine.test_session import random_scenario
+
+    datas = [random_scenario(random.Random(seed)) for seed in range(16)]
+    for data in datas:
+        data["events"] = [e for e in data["events"] if "cancel" in e]
+    scenarios = [parse_scenario(data, name="random") for data in datas]
+    replay(scenarios[0])  # imports and caches made once, outside the count
+    gc.collect()
+    sessions = [Session() for _ in scenarios]
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        # The what-if lab's replays go through its reason recorder: that too.
+        results = [
+            replay(s, allocate=ReasonRecorder(session))
+            for s, session in zip(scenarios, sessions, strict=True)
+        ]
+        found = gc.collect()
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert sum(r.cluster.preemptions for r in results) >= 10
+    assert sum(s.rebuilds for s in sessions) == len(sessions)
+    assert found == 0
+
+
+def test_a_replay_collects_the_states_its_session_drops_after_node_team_and_policy_events() -> None:
+    """Each of these events makes the engine's session start again from the snapshot and drop a
+    state with cycles; with the collector paused, the replay collects every
+    ``COLLECT_AFTER_EVENTS`` of them (and not otherwise)."""
+    import gc
+
+    from allocations.simulation.replay import COLLECT_AFTER_EVENTS
+
+    flaps = 2 * COLLECT_AFTER_EVENTS + 3
+    events = "".join(
+        f"  - {{at: {10 * i + 5}, node_down: {{instance_type: ml.g5.8xlarge, count: 1}}}}\n"
+        f"  - {{at: {10 * i + 8}, node_up: {{instance_type: ml.g5.8xlarge, count: 1}}}}\n"
+        for i in range(flaps)
+    )
+    full: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and info["generation"] == 2:
+            full.append(1)
+
+    calm, flapping = load(RECLAIM), load(RECLAIM + "events:\n" + events)
+    gc.callbacks.append(count)
+    try:
+        replay(calm, until=10 * flaps + 20)
+        calm_collections = len(full)
+        result = replay(flapping, until=10 * flaps + 20)
+    finally:
+        gc.callbacks.remove(count)
+    assert calm_collections == 0
+    assert len(result.jobs["b1"].evicted_at) > 0
+    assert len(full) == (2 * flaps) // COLLECT_AFTER_EVENTS
