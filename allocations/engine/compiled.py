@@ -40,6 +40,10 @@ MODULES = (
     "state",
 )
 GROUP = "allocations.engine.compiled_group"
+# Their digest also covers the module they take their types from: mypyc compiles each read of
+# a ``Snapshot`` field as a check of the type it declares, so a build made before that type
+# changed would refuse the new one.
+TYPES_FROM = ("snapshot",)
 CHOICES = ("auto", "interpreted", "compiled")
 
 
@@ -48,7 +52,7 @@ def source_digest() -> str:
     interpreter that can load it."""
     digest = hashlib.sha256()
     digest.update(f"{sys.implementation.cache_tag} {sysconfig.get_config_var('EXT_SUFFIX')}".encode())
-    for name in MODULES:
+    for name in MODULES + TYPES_FROM:
         digest.update(name.encode() + b"\0")
         digest.update((PACKAGE_DIR / f"{name}.py").read_bytes())
     return digest.hexdigest()

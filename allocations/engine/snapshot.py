@@ -180,7 +180,8 @@ class Snapshot:
     nodes: tuple[Node, ...]
     teams: tuple[Team, ...]
     policy: ClusterPolicy
-    jobs: tuple[Job, ...]
+    # A tuple, or any sequence equal to the tuple of its jobs (the simulator's ``SnapshotJobs``).
+    jobs: Sequence[Job]
     serial: int | None = field(default=None, compare=False, repr=False)
     changes: JobChanges | None = field(default=None, compare=False, repr=False)
 

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from allocations.engine.snapshot import (
+    Job,
     PendingCode,
     PendingReason,
     Plan,
@@ -417,3 +418,55 @@ def test_a_replay_collects_the_states_its_session_drops_after_node_team_and_poli
     assert calm_collections == 0
     assert len(result.jobs["b1"].evicted_at) > 0
     assert len(full) == (2 * flaps) // COLLECT_AFTER_EVENTS
+
+
+def test_snapshot_jobs_are_the_running_then_the_pending_jobs_as_they_were_at_each_cycle() -> None:
+    """``SnapshotJobs`` gives each snapshot the running jobs then the pending ones, each in the
+    order they became so, without copying them all at each cycle: checked against that copy at
+    every cycle of random replays, again at the end (a view never moves with the replay), and
+    as a tuple (equality, hash, pickle, indexing, slices)."""
+    import pickle
+    import random
+    from itertools import chain
+
+    from allocations.engine.session import Session
+    from allocations.simulation.replay import Replay, SnapshotJobs
+    from tests.engine.test_session import random_scenario
+
+    seen: list[tuple[Snapshot, tuple[Job, ...]]] = []
+    rebased = 0
+    for seed in range(8):
+        data = random_scenario(random.Random(seed))
+        data["jobs"] = data["jobs"] * 3  # enough coming and going for the views to change base
+        for i, job in enumerate(data["jobs"]):
+            data["jobs"][i] = {**job, "id": f"j{i}"}
+        data["events"] = [e for e in data["events"] if "cancel" not in e]
+        session = Session()
+        holder: list[Replay] = []
+
+        def allocate(
+            snapshot: Snapshot, now: float, holder: list[Replay] = holder, session: Session = session
+        ) -> Plan:
+            r = holder[0]
+            expected = tuple(chain(r.running_jobs.values(), r.pending_jobs.values()))
+            seen.append((snapshot, expected))
+            return session(snapshot, now)
+
+        replay_ = Replay(parse_scenario(data, name="random"), allocate=allocate)
+        holder.append(replay_)
+        replay_.run()
+        bases = {id(s.jobs._base) for s, _ in seen if isinstance(s.jobs, SnapshotJobs)}
+        rebased += len(bases)
+    assert len(seen) > 500 and rebased > 20
+    views = [s.jobs for s, _ in seen]
+    assert all(isinstance(v, SnapshotJobs) for v in views)
+    assert sum(1 for v in views if v._removed or v._added_running or v._added_pending) > len(views) / 2
+    for snapshot, expected in seen:
+        jobs = snapshot.jobs
+        assert len(jobs) == len(expected)
+        assert jobs == expected and expected == jobs and tuple(jobs) == expected
+        assert hash(jobs) == hash(expected)
+        assert pickle.loads(pickle.dumps(jobs)) == expected
+        if expected:
+            assert jobs[0] is expected[0] and jobs[-1] is expected[-1] and jobs[1:] == expected[1:]
+    assert views[0] != views[-1] or seen[0][1] == seen[-1][1]
