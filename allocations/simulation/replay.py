@@ -6,7 +6,8 @@ nothing (the decisions of one instant come to rest, POLICY.md 3.5). Between two 
 changes, so the metrics are integrated piecewise from the accounting after each rest.
 
 The replay keeps the engine's ``Job`` of every live job and replaces it only when the job
-changes, so a cycle's snapshot is one tuple of existing objects, not a rebuild.
+changes, so a cycle's snapshot holds existing objects, not a rebuild; its jobs are those of an
+earlier snapshot and what came and went since (``SnapshotJobs``), not a copy of them all.
 """
 
 from __future__ import annotations
