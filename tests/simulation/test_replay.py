@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import gc
+import pickle
+import random
 import textwrap
+from itertools import chain
 
 import pytest
 import yaml
 
+from allocations.engine.session import Session
 from allocations.engine.snapshot import (
     Job,
     PendingCode,
@@ -18,7 +23,10 @@ from allocations.engine.snapshot import (
     Start,
 )
 from allocations.simulation import SimulationError, parse_scenario, replay
+from allocations.simulation.replay import COLLECT_AFTER_EVENTS, Replay, SnapshotJobs
 from allocations.simulation.result import percentile
+from allocations.whatif.figures import ReasonRecorder
+from tests.engine.test_session import random_scenario
 
 
 def load(text: str, **kwargs: object):
@@ -353,15 +361,10 @@ def test_a_replay_makes_no_reference_cycles() -> None:
     """``Replay.run`` pauses the cyclic garbage collector: it relies on the replay (the
     simulator, the engine's session and its cycles) freeing what it drops by reference
     counting. Random busy replays (preemptions, back-offs, cancels), through the what-if
-    lab's reason recorder, leave nothing for the collector to find, the session still held. (A node, team or policy change makes the
-    session start again and drop its state, which has cycles: the replay collects after
-    every ``COLLECT_AFTER_EVENTS`` of those, and they are left out here.)"""
-    import gc
-    import random
-
-    from allocations.engine.session import Session
-    from allocations.whatif.figures import ReasonRecorder
-    from tests.engine.test_session import random_scenario
+    lab's reason recorder, leave nothing for the collector to find, the session still held.
+    (A node, team or policy change makes the session start again and drop its state, which
+    has cycles: the replay collects after every ``COLLECT_AFTER_EVENTS`` of those, and they
+    are left out here.)"""
 
     datas = [random_scenario(random.Random(seed)) for seed in range(16)]
     for data in datas:
@@ -391,9 +394,6 @@ def test_a_replay_collects_the_states_its_session_drops_after_node_team_and_poli
     """Each of these events makes the engine's session start again from the snapshot and drop a
     state with cycles; with the collector paused, the replay collects every
     ``COLLECT_AFTER_EVENTS`` of them (and not otherwise)."""
-    import gc
-
-    from allocations.simulation.replay import COLLECT_AFTER_EVENTS
 
     flaps = 2 * COLLECT_AFTER_EVENTS + 3
     events = "".join(
@@ -425,13 +425,6 @@ def test_snapshot_jobs_are_the_running_then_the_pending_jobs_as_they_were_at_eac
     order they became so, without copying them all at each cycle: checked against that copy at
     every cycle of random replays, again at the end (a view never moves with the replay), and
     as a tuple (equality, hash, pickle, indexing, slices)."""
-    import pickle
-    import random
-    from itertools import chain
-
-    from allocations.engine.session import Session
-    from allocations.simulation.replay import Replay, SnapshotJobs
-    from tests.engine.test_session import random_scenario
 
     seen: list[tuple[Snapshot, tuple[Job, ...]]] = []
     rebased = 0
