@@ -83,6 +83,18 @@ def test_a_build_older_than_the_sources_is_not_used(tmp_path: Path) -> None:
     assert "GPUGOV_ENGINE=compiled, but the compiled build is older than the sources" in out.stderr
 
 
+def test_an_edit_of_the_snapshot_types_makes_the_build_older_than_the_sources(tmp_path: Path) -> None:
+    """``snapshot.py`` is never compiled, but the compiled modules check the types its
+    dataclasses declare when they read a field: a build made before those types changed would
+    refuse what the sources accept."""
+    checkout = _copy_of_the_engine(tmp_path)
+    snapshot = checkout / "allocations" / "engine" / "snapshot.py"
+    snapshot.write_text(snapshot.read_text() + "\n# an edit after the build\n")
+    out = _run(WHICH, checkout, "auto")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("interpreted ")
+
+
 def test_without_a_build_the_sources_run_and_compiled_says_why_not(tmp_path: Path) -> None:
     checkout = _copy_of_the_engine(tmp_path)
     shutil.rmtree(checkout / "build")
