@@ -580,6 +580,8 @@ class SlurmBackend(ClusterBackend):
         # The ``squeue --json`` that ``list_nodes`` read, handed to the ``list_jobs`` right
         # after it (the loop's sync calls them in a row) instead of a second read.
         self._squeue: dict[str, Any] | None = None
+        # The GPUs of each node, as that ``list_nodes`` read them (see ``list_jobs``).
+        self._capacity: dict[str, int] | None = None
 
     # 1. Running commands ---------------------------------------------------------------------
 
@@ -666,6 +668,7 @@ class SlurmBackend(ClusterBackend):
             return [r for r in raws if not wanted or wanted & set(r.get("partitions") or [])]
 
         first = read()
+        self._capacity = _capacity(first)
         self._squeue = self._json("squeue")
         held = held_gpus(self._squeue)
         leaks = {str(r.get("name")): leaked_gpus(r, held) for r in first}
@@ -675,6 +678,7 @@ class SlurmBackend(ClusterBackend):
                 str(r.get("name")): min(leaked_gpus(r, held), leaks.get(str(r.get("name")), 0)) for r in again
             }
             first = again
+            self._capacity = _capacity(first)
         nodes = [self._node(raw, leaks.get(str(raw.get("name")), 0)) for raw in first]
         return sorted(nodes, key=lambda n: n.name)
 
@@ -757,15 +761,27 @@ class SlurmBackend(ClusterBackend):
         return copies
 
     def list_jobs(self) -> list[BackendJob]:
-        """One entry per gpugov job: its newest live copy, else its newest ended one."""
+        """One entry per gpugov job: its newest live copy, else its newest ended one.
+
+        A copy counted as running while it waits for Slurm's scheduler (``backend_job``) is
+        counted so only where it fits beside the gpugov jobs that do hold GPUs on its nodes:
+        the jobs reported running never hold more GPUs than a node has (see ``within_nodes``).
+        """
+        capacity = self._capacity
+        self._capacity = None
+        copies = self._copies(reuse=True)
+        if capacity is None:
+            capacity = _capacity(r for r in self._json("sinfo").get("nodes", []) if isinstance(r, Mapping))
+        current: dict[str, SlurmJob] = {}
         result = []
-        for job_id, jobs in sorted(self._copies(reuse=True).items()):
-            seen = backend_job(job_id, _current(jobs), time.time(), float(self.config["start_timeout_s"]))
+        for job_id, jobs in sorted(copies.items()):
+            current[job_id] = _current(jobs)
+            seen = backend_job(job_id, current[job_id], time.time(), float(self.config["start_timeout_s"]))
             if seen.held and any(_runnable(copy) for copy in jobs):
                 # An older copy (left by a crash inside ``start``) could still start by itself.
                 seen = dataclasses.replace(seen, held=False)
             result.append(seen)
-        return result
+        return within_nodes(result, current, capacity)
 
     def _job_copies(self, job_id: str) -> list[SlurmJob]:
         return self._copies().get(job_id, [])
@@ -908,6 +924,72 @@ class SlurmBackend(ClusterBackend):
             raise TransientBackendError(str(exc)) from exc
         if "UP" not in output:
             raise TransientBackendError(f"slurmctld is not up: {output.strip()}")
+
+
+def within_nodes(
+    reports: list[BackendJob], copies: Mapping[str, SlurmJob], capacity: Mapping[str, int]
+) -> list[BackendJob]:
+    """``reports`` with every copy that waits for Slurm's scheduler and does not fit on its
+    nodes reported pending instead of running.
+
+    Slurm never lets the jobs it runs hold more GPUs than a node has, but a released copy that
+    waits is counted as running on the nodes it was released onto, and those may still be held
+    by another gpugov job that Slurm runs: one whose preemption found it already completing
+    (it then ends by itself, and gpugov has started its preemptor there), or one a lost commit
+    or a second cycle left there. Counting both would tell the loop that the node holds more
+    than it has (the chaos run's "node4 holds 16 GPUs of its 8", docs/chaos.md item 7). So the
+    copies Slurm runs are counted first, then the waiting ones, oldest release first, each only
+    where it fits; one that does not is pending, and the loop holds it and places it again. A
+    node whose GPUs are not known (``capacity``) is not judged.
+    """
+    used: dict[str, int] = {}
+    holders: dict[str, list[str]] = {}
+    waiting: list[tuple[float, tuple[int, str], int]] = []
+    for index, seen in enumerate(reports):
+        if seen.state is not BackendJobState.RUNNING:
+            continue
+        copy = copies.get(seen.job_id)
+        if copy is not None and copy.starting:
+            waiting.append((copy.eligible_since or 0.0, _slurm_id_key(copy.slurm_id), index))
+            continue
+        for node, gpus in seen.nodes:
+            used[node] = used.get(node, 0) + gpus
+            holders.setdefault(node, []).append(seen.job_id)
+    result = list(reports)
+    for _, _, index in sorted(waiting):
+        seen = result[index]
+        full = [
+            (node, gpus)
+            for node, gpus in seen.nodes
+            if node in capacity and used.get(node, 0) + gpus > capacity[node]
+        ]
+        if not full:
+            for node, gpus in seen.nodes:
+                used[node] = used.get(node, 0) + gpus
+                holders.setdefault(node, []).append(seen.job_id)
+            continue
+        node, gpus = full[0]
+        reason = (
+            f"released onto {','.join(n for n, _ in seen.nodes)}, but gpugov jobs Slurm runs there "
+            f"({', '.join(holders.get(node, [])) or 'none'}) hold {used.get(node, 0)} of {node}'s "
+            f"{capacity[node]} GPUs and it needs {gpus}; Slurm has not started it"
+        )
+        result[index] = BackendJob(
+            job_id=seen.job_id, external_id=seen.external_id, state=BackendJobState.PENDING, reason=reason
+        )
+    return result
+
+
+def _capacity(raw_nodes: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """The GPUs of each node of ``sinfo --json`` whose ``gres`` can be read."""
+    capacity = {}
+    for raw in raw_nodes:
+        name = str(raw.get("name") or raw.get("hostname") or "")
+        try:
+            capacity[name] = gres_gpus(str(raw.get("gres") or ""))
+        except ValueError:
+            continue
+    return capacity
 
 
 def _slurm_id_key(slurm_id: str) -> tuple[int, str]:

@@ -370,6 +370,58 @@ def test_a_copy_slurm_could_start_by_itself_is_held_while_gpugov_has_the_job_pen
     )
 
 
+def test_a_copy_waiting_on_gpus_another_gpugov_job_holds_is_not_adopted(
+    prefix: str, governed: dict[str, Team]
+) -> None:
+    """docs/chaos.md item 7. A copy released onto GPUs that a job Slurm runs still holds (a
+    victim whose preemption found it already completing, or a second cycle's start) waits
+    there. Adopting it as running made the database count 16 GPUs on a node of 8. The sync
+    holds it instead, and the cycle places the job again where there is room."""
+    team_a = governed["team-a"]
+    first = submit(team_a)
+    assert cycle().started == 1
+    first.refresh_from_db()
+    [[node, _]] = first.nodes
+    wait_for(
+        lambda: slurm_states(prefix).get(str(first.pk), ""),
+        lambda s: s.startswith("RUNNING"),
+        "the first job",
+    )
+    second = submit(team_a)
+    slurm(
+        "sbatch",
+        f"--job-name={prefix}{second.pk}",
+        f"--nodelist={node}",
+        "--nodes=1",
+        "--gres=gpu:8",
+        "--partition=gpu",
+        "--output=/dev/null",
+        "--wrap=sleep 600",
+    )
+    wait_for(
+        lambda: slurm_states(prefix).get(str(second.pk), ""),
+        lambda s: s == "PENDING/Resources",
+        "the copy to wait for the first job's GPUs",
+    )
+
+    run = cycle()
+
+    assert all(used <= 8 for used in _gpus_per_node().values()), _gpus_per_node()
+    assert not any("adopted" in note for note in run.notes), run.notes
+    assert any(f"job {second.pk} waited in the backend" in note for note in run.notes), run.notes
+    second.refresh_from_db()
+    assert second.state == "running" and second.nodes != [[node, 8]], second.nodes
+    assert JobEvent.objects.filter(job=second, kind="started").count() == 1
+    wait_for(
+        lambda: slurm_states(prefix),
+        lambda states: (
+            states.get(str(first.pk), "").startswith("RUNNING")
+            and states.get(str(second.pk), "").startswith("RUNNING")
+        ),
+        "both jobs running in Slurm, on two nodes",
+    )
+
+
 def test_a_job_slurm_never_starts_where_it_was_placed_is_requeued_saying_why(
     prefix: str, governed: dict[str, Team]
 ) -> None:
@@ -379,12 +431,24 @@ def test_a_job_slurm_never_starts_where_it_was_placed_is_requeued_saying_why(
     Cluster.objects.filter(pk=1).update(
         backend_settings={**Cluster.objects.get().backend_settings, "start_timeout_s": 3}
     )
-    foreign = f"{prefix}outside"  # not a gpugov job name: no digits after the prefix
-    slurm("sbatch", "-J", foreign, "-p", "gpu", "-w", "node1", "-N", "1", "--gres=gpu:8", "-o", "/dev/null",
-          "--wrap", "sleep 120")  # fmt: skip
-    wait_for(
-        lambda: slurm_states(prefix).get("outside", ""), lambda s: s.startswith("RUNNING"), "the outsider"
-    )
+    # Not under gpugov's name prefix: the backend does not list it (a job whose name has the
+    # prefix is reported, and would count on node1's GPUs).
+    foreign = f"{prefix.rstrip('-')}_outside"
+    outsider = slurm("sbatch", "--parsable", "-J", foreign, "-p", "gpu", "-w", "node1", "-N", "1",
+                     "--gres=gpu:8", "-o", "/dev/null", "--wrap", "sleep 120").strip()  # fmt: skip
+    try:
+        wait_for(
+            lambda: slurm("squeue", "-h", "-j", outsider, "-o", "%T").strip(),
+            lambda s: s == "RUNNING",
+            "the outsider",
+        )
+        _placed_where_the_outsider_runs(prefix, governed)
+    finally:
+        slurm("scancel", outsider)
+
+
+def _placed_where_the_outsider_runs(prefix: str, governed: dict[str, Team]) -> None:
+    """gpugov does not see the outsider on node1 and places a job there."""
     job = submit(governed["team-a"])
     assert cycle().started == 1
     job.refresh_from_db()

@@ -25,6 +25,7 @@ from allocations.backends.base import (
 )
 from allocations.backends.slurm import (
     SlurmBackend,
+    SlurmJob,
     backend_job,
     exit_code_from_status,
     expand_hostlist,
@@ -35,6 +36,7 @@ from allocations.backends.slurm import (
     parse_squeue_json,
     transient_message,
     validate_settings,
+    within_nodes,
 )
 from tests.backends.conftest import run_slurm_up, slurm, wait_for
 from tests.conftest import Personas, require_service
@@ -262,6 +264,83 @@ def test_a_released_job_slurm_does_not_start_within_the_timeout_is_reported_pend
     # Only a copy counted as starting times out: a running one, or a held one, is what it is.
     assert backend_job("t8", jobs["8"], now=2e9, start_timeout_s=1).state is BackendJobState.RUNNING
     assert backend_job("cap", jobs["10"], now=2e9, start_timeout_s=1).held
+
+
+def copy(slurm_id: str, state: str, nodes: tuple[str, ...], gpus: int, **fields: object) -> SlurmJob:
+    """One Slurm copy of a gpugov job: running on ``nodes``, or released onto them and waiting."""
+    starting = state == "PENDING"
+    values: dict[str, object] = {
+        "slurm_id": slurm_id,
+        "name": f"gpugov-{slurm_id}",
+        "state": state,
+        "reason": "Resources" if starting else "None",
+        "nodes": () if starting else nodes,
+        "gpus_per_node": gpus,
+        "held": False,
+        "restarts": 0,
+        "start_time": None if starting else 1827506900.0,
+        "end_time": None,
+        "exit_status": None,
+        "required_nodes": nodes if starting else (),
+        "eligible_since": 1827506950.0,
+        **fields,
+    }
+    return SlurmJob(**values)  # type: ignore[arg-type]
+
+
+def test_a_waiting_copy_counts_as_running_only_where_it_fits_beside_the_jobs_slurm_runs() -> None:
+    """docs/chaos.md item 7: a preemption that found its victim already completing left the
+    victim running there (Slurm holds its GPUs until it has ended) and its preemptor released
+    onto the same GPUs; both were reported running, and the database counted 16 GPUs on a node
+    of 8. Slurm's running jobs are counted first, then the waiting copies, oldest first."""
+    copies = {
+        "victim": copy("10", "COMPLETING", ("node4",), 8),
+        "late": copy("12", "PENDING", ("node4",), 4, eligible_since=1827506960.0),
+        "first": copy("11", "PENDING", ("node3",), 4),
+        "second": copy("13", "PENDING", ("node3",), 4, eligible_since=1827506955.0),
+        "third": copy("14", "PENDING", ("node3",), 2, eligible_since=1827506958.0),
+        "wide": copy("15", "PENDING", ("node1", "node2"), 8),
+        "unknown": copy("16", "PENDING", ("node9",), 8),
+    }
+    reports = [backend_job(job_id, job) for job_id, job in copies.items()]
+    assert all(seen.state is BackendJobState.RUNNING for seen in reports)  # what counted before
+    seen = {
+        s.job_id: s for s in within_nodes(reports, copies, {"node1": 8, "node2": 8, "node3": 8, "node4": 8})
+    }
+    running = {job_id: s.nodes for job_id, s in seen.items() if s.state is BackendJobState.RUNNING}
+    assert running == {
+        "victim": (("node4", 8),),
+        "first": (("node3", 4),),
+        "second": (("node3", 4),),
+        "wide": (("node1", 8), ("node2", 8)),
+        "unknown": (("node9", 8),),  # a node sinfo does not give the GPUs of is not judged
+    }
+    late, third = seen["late"], seen["third"]
+    assert (late.state, late.nodes, late.held, late.external_id) == (BackendJobState.PENDING, (), False, "12")
+    assert late.reason == (
+        "released onto node4, but gpugov jobs Slurm runs there (victim) hold 8 of node4's 8 GPUs and "
+        "it needs 4; Slurm has not started it"
+    )
+    assert third.state is BackendJobState.PENDING and "(first, second) hold 8 of node3's 8" in third.reason
+    # Nothing else is touched: the reports of the jobs that fit are the very same objects.
+    assert [s for s in within_nodes(reports, copies, {}) if s.state is BackendJobState.PENDING] == []
+
+
+def test_a_preempted_copy_still_completing_leaves_its_gpus_to_the_preemptor() -> None:
+    """A victim gpugov preempted (held) is pending for gpugov while Slurm kills it: its
+    preemptor, released onto its GPUs, counts as running there (what the loop placed)."""
+    captured = {j.slurm_id: j for j in parse_squeue_json({"jobs": SQUEUE_JOBS})}
+    copies = {"cap": captured["9"], "preemptor": copy("12", "PENDING", ("node4",), 8)}
+    assert captured["9"].state == "REQUEUE_HOLD" and captured["9"].nodes == ("node4",)
+    reports = [backend_job(job_id, job) for job_id, job in copies.items()]
+    seen = {s.job_id: s for s in within_nodes(reports, copies, {"node4": 8})}
+    assert (seen["cap"].state, seen["preemptor"].state) == (BackendJobState.PENDING, BackendJobState.RUNNING)
+    assert seen["preemptor"].nodes == (("node4", 8),)
+    # The same victim not held (its requeuehold found it already completing) keeps its GPUs.
+    ending = copy("9", "COMPLETING", ("node4",), 8)
+    reports = [backend_job("cap", ending), backend_job("preemptor", copies["preemptor"])]
+    seen = {s.job_id: s for s in within_nodes(reports, {**copies, "cap": ending}, {"node4": 8})}
+    assert (seen["cap"].state, seen["preemptor"].state) == (BackendJobState.RUNNING, BackendJobState.PENDING)
 
 
 # sinfo --json of node1 (8 GPUs) with one job of 4 GPUs on it, as slurmctld counts them.
@@ -534,8 +613,8 @@ def test_the_loops_sync_reads_squeue_once_for_nodes_and_jobs(
     assert {n.name for n in backend.list_nodes()} >= {"node1", "node6"}
     backend.list_jobs()
     assert commands() == ["sinfo", "squeue"]
-    backend.list_jobs()  # not right after list_nodes: a fresh read
-    assert commands() == ["squeue"]
+    backend.list_jobs()  # not right after list_nodes: a fresh read (and the nodes' GPUs)
+    assert commands() == ["squeue", "sinfo"]
     backend.list_nodes()
     backend.cancel("nothing")  # any call in between makes the read stale (this one reads its own)
     backend.list_jobs()
@@ -644,18 +723,16 @@ def test_start_moves_a_job_still_waiting_for_its_nodes_when_placed_elsewhere(
     slurm_backend.start(spec("hog", 4, instance_type=g5), (("node5", 4),))
     wait_running(slurm_backend, "hog")
     first = slurm_backend.start(spec("late", 2, instance_type=g5), (("node5", 2),))
-    # node5 is full: Slurm keeps it pending (Resources); gpugov placed it, so it is running there.
+    # node5 is full: Slurm keeps it pending (Resources). Counted as running there, it would
+    # make node5 hold 6 GPUs of its 4: it is pending, and says which gpugov job holds node5.
     wait_for(
         lambda: slurm_jobs_named(f"{slurm_backend.prefix}late")[0]["state"],
         lambda state: state == "PENDING",
         "late to be evaluated",
     )
     seen = job_of(slurm_backend, "late")
-    assert seen is not None and (seen.state, seen.nodes, seen.started_at) == (
-        BackendJobState.RUNNING,
-        (("node5", 2),),
-        None,
-    )
+    assert seen is not None and (seen.state, seen.nodes, seen.held) == (BackendJobState.PENDING, (), False)
+    assert "(hog) hold 4 of node5's 4 GPUs and it needs 2" in seen.reason, seen.reason
     assert slurm_backend.start(spec("late", 2, instance_type=g5), (("node5", 2),)) == first
     # Placed elsewhere, it moves: a fresh copy on node6, the waiting one cancelled.
     second = slurm_backend.start(spec("late", 2, instance_type=g5), (("node6", 2),))
