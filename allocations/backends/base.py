@@ -145,10 +145,13 @@ class ClusterBackend(ABC):
         """
 
     @abstractmethod
-    def preempt(self, job_id: str) -> None:
+    def preempt(self, job_id: str) -> bool:
         """Stop the job and return it to pending (its progress is lost); idempotent.
 
-        The backend must not restart it on its own: only a later ``start`` does.
+        The backend must not restart it on its own: only a later ``start`` does. Returns True
+        when the job is pending there now (stopped by this call or before), False when it has
+        ended (or is ending) by itself, or is unknown: nothing was preempted, and the GPUs it
+        held are not free until the backend reports it ended.
         """
 
     @abstractmethod

@@ -295,14 +295,17 @@ class SimulatedBackend(ClusterBackend):
                     f"job {job.job_id}: node {name!r} has {free} of {node.gpus} GPUs free, {gpus} asked"
                 )
 
-    def preempt(self, job_id: str) -> None:
+    def preempt(self, job_id: str) -> bool:
+        """A job whose time is up has finished, as on a real cluster: not preempted (False)."""
         from allocations.models import SimulatedJob
 
         self._reachable()
-        SimulatedJob.objects.filter(job_id=job_id, state="running").update(
+        self._advance(_now())
+        stopped = SimulatedJob.objects.filter(job_id=job_id, state="running").update(
             state="pending", nodes=[], started_at=None, ends_at=None, reason="preempted"
         )
         self._place(job_id, None)
+        return bool(stopped) or SimulatedJob.objects.filter(job_id=job_id, state="pending").exists()
 
     def cancel(self, job_id: str) -> None:
         from allocations.models import SimulatedJob

@@ -894,8 +894,11 @@ class SlurmBackend(ClusterBackend):
             if not _already_ended(str(exc)):
                 raise
 
-    def preempt(self, job_id: str) -> None:
-        """Requeue the job held (progress lost); a pending copy is held; ended/unknown: no-op."""
+    def preempt(self, job_id: str) -> bool:
+        """Requeue the job held (progress lost); a pending copy is held. False (nothing
+        preempted) when no copy is live, or when Slurm answers that the running one is already
+        completing: it ends by itself, and holds its GPUs until it has."""
+        pending = ended = False
         for copy in self._job_copies(job_id):
             state = JOB_STATES.get(copy.state)
             if state is BackendJobState.RUNNING:
@@ -903,12 +906,18 @@ class SlurmBackend(ClusterBackend):
                     self._run("scontrol", "requeuehold", copy.slurm_id)
                 except PermanentBackendError as exc:
                     # It ended, or was requeued, between squeue and now.
-                    if "pending" in str(exc).lower():
-                        self._run("scontrol", "hold", copy.slurm_id)
-                    elif not _already_ended(str(exc)):
-                        raise
-            elif state is BackendJobState.PENDING and not copy.held:
-                self._run("scontrol", "hold", copy.slurm_id)
+                    if "pending" not in str(exc).lower():
+                        if not _already_ended(str(exc)):
+                            raise
+                        ended = True
+                        continue
+                    self._run("scontrol", "hold", copy.slurm_id)
+                pending = True
+            elif state is BackendJobState.PENDING:
+                if not copy.held:
+                    self._run("scontrol", "hold", copy.slurm_id)
+                pending = True
+        return pending and not ended
 
     def cancel(self, job_id: str) -> None:
         """``scancel`` every live copy; ended or unknown: no-op."""

@@ -368,19 +368,30 @@ def _apply(
         {job.pk: job for job in Job.objects.filter(pk__in=wanted).select_related("team", "instance_type")}
     )
     preempted = started = 0
-    # A victim the backend refused to preempt still holds its nodes: its preemptor, and any
-    # start on those nodes, waits for the next cycle (which plans from what really runs).
+    # A victim the backend refused to preempt, or found ending by itself, still holds its
+    # nodes: its preemptor, and any start on those nodes, waits for the next cycle (which
+    # plans from what really runs). Such a victim stays running here: the next sync ends it.
     kept_running: dict[str, str] = {}  # node -> the victim still on it
-    not_freed: set[str] = set()  # preemptors whose victims are not all gone
+    not_freed: dict[str, str] = {}  # preemptor -> a victim of it not gone
+    ending: set[str] = set()  # victims that ended by themselves: nothing went wrong
     for preemption in plan.preemptions:
         job = jobs.get(job_pk(preemption.job_id))
         if job is None or job.state != JobState.RUNNING:  # cancelled or deleted since the snapshot
             continue
         try:
-            backend.preempt(preemption.job_id)
+            stopped = backend.preempt(preemption.job_id)
         except PermanentBackendError as exc:
             errors.append(f"preempt job {preemption.job_id}: {exc}")
-            not_freed.add(preemption.preemptor)
+            stopped = False
+        else:
+            if not stopped:
+                ending.add(preemption.job_id)
+                changes.notes.append(
+                    f"job {preemption.job_id} was not preempted for job {preemption.preemptor}: the "
+                    "backend no longer runs it (it ended by itself); the next cycle plans again"
+                )
+        if not stopped:
+            not_freed[preemption.preemptor] = preemption.job_id
             kept_running.update((str(node), preemption.job_id) for node, _ in job.nodes)
             continue
         preemptor = jobs.get(job_pk(preemption.preemptor))
@@ -405,15 +416,20 @@ def _apply(
         if job is None or job.state != JobState.PENDING:
             continue
         blocker = next((kept_running[name] for name, _ in start.nodes if name in kept_running), None)
-        if blocker is not None:
-            errors.append(
-                f"start job {start.job_id}: not started, job {blocker} on its nodes could not be preempted"
-            )
-            continue
-        if start.job_id in not_freed:
-            errors.append(
-                f"start job {start.job_id}: not started, a job it was to preempt could not be preempted"
-            )
+        victim = not_freed.get(start.job_id)
+        if blocker is not None or victim is not None:
+            if (blocker or victim) in ending:
+                changes.notes.append(
+                    f"start job {start.job_id}: waits for the next cycle, job {blocker or victim} is ending"
+                )
+            elif blocker is not None:
+                errors.append(
+                    f"start job {start.job_id}: not started, job {blocker} on its nodes could not be preempted"
+                )
+            else:
+                errors.append(
+                    f"start job {start.job_id}: not started, a job it was to preempt could not be preempted"
+                )
             continue
         nodes = [[name, gpus] for name, gpus in start.nodes]
         try:

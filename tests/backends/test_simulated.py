@@ -73,12 +73,24 @@ def test_runs_for_the_requested_duration_divided_by_the_speedup(cluster_nodes: l
     assert job.finished_at is not None and job.started_at is not None and job.finished_at > job.started_at
 
 
+def test_a_job_whose_time_is_up_has_finished_and_is_not_preempted(cluster_nodes: list[Node]) -> None:
+    backend = get_backend("simulated", {})
+    backend.start(spec(), ((cluster_nodes[0].name, 4),))
+    SimulatedJob.objects.update(
+        started_at=timezone.now() - timedelta(seconds=61), ends_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert backend.preempt("1") is False
+    (job,) = backend.list_jobs()
+    assert (job.state, job.exit_code) == (BackendJobState.FINISHED, 0)
+
+
 def test_preempted_job_is_held_until_started_again(cluster_nodes: list[Node]) -> None:
     backend = get_backend("simulated", {})
     a, b = (n.name for n in cluster_nodes)
     backend.start(spec(), ((a, 4),))
-    backend.preempt("1")
-    backend.preempt("1")  # idempotent
+    assert backend.preempt("1") is True
+    assert backend.preempt("1") is True  # idempotent: pending there
+    assert backend.preempt("unknown") is False
     (job,) = backend.list_jobs()
     assert (job.state, job.nodes) == (BackendJobState.PENDING, ())
     assert backend.start(spec(), ((b, 4),)) == "sim-1"

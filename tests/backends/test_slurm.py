@@ -684,7 +684,7 @@ def test_preempted_job_stays_held_until_gpugov_starts_it_again_elsewhere(slurm_b
     job = spec("pre", 4, instance_type="ml.g5.12xlarge")
     first = slurm_backend.start(job, (("node6", 4),))
     wait_running(slurm_backend, "pre")
-    slurm_backend.preempt("pre")
+    assert slurm_backend.preempt("pre") is True
     held = job_of(slurm_backend, "pre")
     assert held is not None and (held.state, held.nodes, held.external_id) == (
         BackendJobState.PENDING,
@@ -700,7 +700,7 @@ def test_preempted_job_stays_held_until_gpugov_starts_it_again_elsewhere(slurm_b
         time.sleep(1)
     [row] = slurm_jobs_named(f"{slurm_backend.prefix}pre")
     assert (row["state"], row["priority"]) == ("PENDING", "0")
-    slurm_backend.preempt("pre")  # idempotent: still the one held job
+    assert slurm_backend.preempt("pre") is True  # idempotent: still the one held job
     [row] = slurm_jobs_named(f"{slurm_backend.prefix}pre")
     assert (row["id"], row["state"], row["priority"]) == (first, "PENDING", "0")
     # gpugov places it again, on the other g5 node.
@@ -783,9 +783,17 @@ def test_a_copy_slurm_keeps_waiting_is_reported_pending_after_the_start_timeout(
 
 @pytest.mark.slurm
 def test_preempting_an_ended_or_unknown_job_does_nothing(slurm_backend: SlurmBackend) -> None:
-    slurm_backend.preempt("never-started")
+    assert slurm_backend.preempt("never-started") is False  # nothing preempted
     slurm_backend.cancel("never-started")
     assert job_of(slurm_backend, "never-started") is None
+    slurm_backend.start(spec("short", 1, command="true"), (("node1", 1),))
+    wait_for(
+        lambda: job_of(slurm_backend, "short"),
+        lambda j: j is not None and j.state is BackendJobState.FINISHED,
+        "the short job to end",
+    )
+    assert slurm_backend.preempt("short") is False
+    assert state_of(slurm_backend, "short") is BackendJobState.FINISHED
 
 
 @pytest.mark.slurm

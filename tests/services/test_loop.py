@@ -10,13 +10,15 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from allocations import engine
 from allocations.backends import BackendJobState, JobSpec, get_backend
 from allocations.models import Cluster, CycleRun, Job, JobEvent, Node, SimulatedJob, TeamQuota
 from allocations.selectors.snapshot import build_snapshot
+from allocations.services import loop
 from allocations.services.loop import cycle_lock, run_allocation_cycle
 from tests import factories as f
 from tests.conftest import Personas
@@ -156,6 +158,47 @@ def test_reclaim_preempts_the_borrower_and_starts_the_lender(personas: Personas)
     assert backend[str(borrowed.pk)] == BackendJobState.PENDING
     assert backend[str(lender.pk)] == BackendJobState.RUNNING
     assert borrowed.submitted_at == Job.objects.get(pk=borrowed.pk).submitted_at  # keeps its place
+
+
+def test_a_victim_that_ends_by_itself_as_it_is_preempted_is_not_preempted(personas: Personas) -> None:
+    """Between a cycle's sync and its preemption the victim may end by itself (Slurm answers
+    "already completing"): nothing is preempted, so no preemption is recorded, and its GPUs are
+    not free until the backend says it ended, so its preemptor waits for the next cycle (docs/
+    chaos.md item 7). That cycle records the victim finished and starts the preemptor."""
+    TeamQuota.objects.filter(team=personas.team).update(borrow_limit_percent=100)
+    own = submit(personas, "team-a", 8)
+    borrowed = submit(personas, "team-a", 8)
+    cycle()
+    lender = submit(personas, "team-b", 8)
+    now = timezone.now()
+    plan = engine.allocate(build_snapshot(now), now.timestamp())
+    assert [(p.job_id, p.preemptor) for p in plan.preemptions] == [(str(borrowed.pk), str(lender.pk))]
+    finish_in_backend(borrowed)  # after the sync read it running, before the preemption
+
+    changes = loop._Changes()
+    applied = loop._apply(get_backend("simulated", {}), plan, now, changes, loop._start_seq(now))
+    with transaction.atomic():
+        changes.save()
+
+    assert applied == (0, 0, [])  # nothing preempted, nothing started, nothing went wrong
+    assert any(f"job {borrowed.pk} was not preempted" in note for note in changes.notes), changes.notes
+    assert any(f"start job {lender.pk}: waits for the next cycle" in note for note in changes.notes)
+    borrowed.refresh_from_db()
+    lender.refresh_from_db()
+    assert (borrowed.state, borrowed.preemption_count, lender.state) == ("running", 0, "pending")
+    assert kinds(borrowed) == ["started"]
+
+    run = cycle()
+
+    borrowed.refresh_from_db()
+    lender.refresh_from_db()
+    assert run.ok, run.errors
+    assert (borrowed.state, lender.state, Job.objects.get(pk=own.pk).state) == (
+        "finished",
+        "running",
+        "running",
+    )
+    assert kinds(borrowed) == ["started", "finished"]
 
 
 def test_backend_outage_degrades_the_cluster_without_failing_jobs_and_recovery_clears_it(
