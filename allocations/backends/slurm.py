@@ -668,7 +668,7 @@ class SlurmBackend(ClusterBackend):
             return [r for r in raws if not wanted or wanted & set(r.get("partitions") or [])]
 
         first = read()
-        self._capacity = _capacity(first)
+        self._capacity = _node_gpus(first)
         self._squeue = self._json("squeue")
         held = held_gpus(self._squeue)
         leaks = {str(r.get("name")): leaked_gpus(r, held) for r in first}
@@ -678,7 +678,7 @@ class SlurmBackend(ClusterBackend):
                 str(r.get("name")): min(leaked_gpus(r, held), leaks.get(str(r.get("name")), 0)) for r in again
             }
             first = again
-            self._capacity = _capacity(first)
+            self._capacity = _node_gpus(first)
         nodes = [self._node(raw, leaks.get(str(raw.get("name")), 0)) for raw in first]
         return sorted(nodes, key=lambda n: n.name)
 
@@ -771,7 +771,7 @@ class SlurmBackend(ClusterBackend):
         self._capacity = None
         copies = self._copies(reuse=True)
         if capacity is None:
-            capacity = _capacity(r for r in self._json("sinfo").get("nodes", []) if isinstance(r, Mapping))
+            capacity = _node_gpus(r for r in self._json("sinfo").get("nodes", []) if isinstance(r, Mapping))
         current: dict[str, SlurmJob] = {}
         result = []
         for job_id, jobs in sorted(copies.items()):
@@ -989,7 +989,7 @@ def within_nodes(
     return result
 
 
-def _capacity(raw_nodes: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+def _node_gpus(raw_nodes: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """The GPUs of each node of ``sinfo --json`` whose ``gres`` can be read."""
     capacity = {}
     for raw in raw_nodes:
