@@ -322,7 +322,7 @@ def test_a_waiting_copy_counts_as_running_only_where_it_fits_beside_the_jobs_slu
         "it needs 4; Slurm has not started it"
     )
     assert third.state is BackendJobState.PENDING and "(first, second) hold 8 of node3's 8" in third.reason
-    # Nothing else is touched: the reports of the jobs that fit are the very same objects.
+    # With no node's GPUs known, nothing is judged: every waiting copy counts as running.
     assert [s for s in within_nodes(reports, copies, {}) if s.state is BackendJobState.PENDING] == []
 
 
