@@ -10,7 +10,7 @@ from typing import TextIO
 
 from .replay import Progress, replay
 from .result import Result, summary, to_json
-from .scenario import ScenarioError, load_scenario
+from .scenario import ScenarioError, load_scenario, read_cycle_interval
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--strict", action="store_true", help="refuse a trace with unusable rows instead of skipping them"
+    )
+    parser.add_argument(
+        "--cycle-interval",
+        type=int,
+        metavar="S",
+        help="run cycles only every S seconds, as the loop does (0: at every happening; "
+        "default: the file's options.cycle_interval, else 0)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -52,6 +59,7 @@ def simulate(
     until: float | None = None,
     keep_unfit: bool = False,
     strict: bool = False,
+    cycle_interval: int | None = None,
     progress: bool = True,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
@@ -62,7 +70,11 @@ def simulate(
     stderr = stderr or sys.stderr
     if until is not None and until < 0:
         raise ScenarioError([f"--until: must be a number of seconds >= 0, got {until:g}"])
-    scenario = load_scenario(file, keep_unfit=keep_unfit, strict=strict)
+    if cycle_interval is not None:
+        _, problem = read_cycle_interval(cycle_interval)
+        if problem:
+            raise ScenarioError([f"--cycle-interval: {problem}, got {cycle_interval}"])
+    scenario = load_scenario(file, keep_unfit=keep_unfit, strict=strict, cycle_interval=cycle_interval)
     if scenario.trace is not None and scenario.trace.skipped:
         stderr.write(f"warning: {scenario.trace.describe()}\n")
     show = progress_bar(stderr) if progress and stderr.isatty() else None
@@ -91,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             until=args.until,
             keep_unfit=args.keep_unfit,
             strict=args.strict,
+            cycle_interval=args.cycle_interval,
             progress=not args.no_progress,
         )
     except (ScenarioError, SimulationError) as exc:

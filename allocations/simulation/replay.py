@@ -3,7 +3,11 @@
 Time jumps from one happening to the next (a submit, a finish, an event, a back-off retry).
 At each time everything that happens then is applied first, then cycles run until one changes
 nothing (the decisions of one instant come to rest, POLICY.md 3.5). Between two times nothing
-changes, so the metrics are integrated piecewise from the accounting after each rest.
+changes, so the metrics are integrated piecewise from the accounting after each rest. With a
+cycle interval (``options.cycle_interval``, the loop that runs every so many seconds), cycles
+run only at its multiples: what happens in between is applied at its time (a finish gives its
+GPUs back then) and decided at the next multiple, and a back-off retry waits for the first
+multiple at or after the back-off's end.
 
 The replay keeps the engine's ``Job`` of every live job and replaces it only when the job
 changes, so a cycle's snapshot holds existing objects, not a rebuild; its jobs are those of an
@@ -264,6 +268,11 @@ class Replay:
         # Time 0 and the back-off retry cycles: (time, seq of the job whose back-off ends
         # then, its preemptions at that time); the entry of time 0 has seq -1.
         self.ticks: list[tuple[float, int, int]] = [(0.0, -1, 0)]
+        # With a cycle interval (``Scenario.cycle_interval``), cycles run only on its grid:
+        # what happens between two of its times is applied then, and decided at the next
+        # (``cycle_at``); a back-off retry waits for the first grid time at or after its end.
+        self.interval = scenario.cycle_interval
+        self.cycle_at: float | None = None
 
         self.start_counter = 0
         self.state_events = 0  # node, team and policy events since the last collection (``run``)
@@ -565,9 +574,11 @@ class Replay:
             run.last_preempted_at = now
             run.preempted.append(PreemptionRecord(now, str(p.reason.value), p.preemptor))
             self._enqueue(run, now, requeued=True)
-            # Back-off (POLICY.md 3.5): the job may preempt again from now + 2^(n-1): give it a cycle then.
+            # Back-off (POLICY.md 3.5): the job may preempt again from now + 2^(n-1): give it a
+            # cycle then (with a cycle interval, the first cycle time from then).
             heapq.heappush(
-                self.ticks, (now + 2.0 ** min(run.preemptions - 1, 60), run.spec.seq, run.preemptions)
+                self.ticks,
+                (self._grid(now + 2.0 ** min(run.preemptions - 1, 60)), run.spec.seq, run.preemptions),
             )
         for s in plan.starts:
             run = self.by_id.get(s.job_id)
@@ -701,6 +712,8 @@ class Replay:
             times.append(self.events[self.next_event].at)
         if self.finishes:
             times.append(self.finishes[0][0])
+        if self.cycle_at is not None:
+            times.append(self.cycle_at)
         if not times and self.end is None and self.steps > 0:
             return None
         # A retry cycle is due only while its job is pending with the same preemptions: one
@@ -712,6 +725,12 @@ class Replay:
         if self.ticks:
             times.append(self.ticks[0][0])
         return min(times) if times else None
+
+    def _grid(self, t: float) -> float:
+        """The first cycle time at or after ``t``."""
+        if not self.interval:
+            return t
+        return float(math.ceil(t / self.interval) * self.interval)
 
     def _retry_due(self, tick: tuple[float, int, int]) -> bool:
         _, seq, preemptions = tick
@@ -746,7 +765,12 @@ class Replay:
             self._finish_due(now)
             self._apply_events(now)
             self._submit_due(now)
-            self._settle(now)
+            cycle_time = self._grid(now)
+            if cycle_time == now:
+                self.cycle_at = None
+                self._settle(now)
+            else:
+                self.cycle_at = cycle_time
             if self.state_events >= COLLECT_AFTER_EVENTS:
                 self.state_events = 0
                 gc.collect()

@@ -176,6 +176,9 @@ class Scenario:
     events: tuple[Event, ...]
     horizon: float | None = None
     keep_unfit: bool = False
+    # Cycles only at multiples of this many seconds (``options.cycle_interval``), as the loop
+    # that runs every so many seconds; 0: at every time something happens (SCENARIO.md).
+    cycle_interval: int = 0
     # Jobs that can never fit, kept with keep_unfit: they end ``rejected`` with this reason.
     rejected: Mapping[str, PendingReason] = field(default_factory=dict)
     trace: TraceReport | None = None
@@ -913,6 +916,17 @@ def _read_expect(r: _Reader, raw: object, job_ids: set[str]) -> Expect | None:
 # --------------------------------------------------------------------------------------------
 # The whole file
 
+
+def read_cycle_interval(value: object) -> tuple[int, str]:
+    """A cycle interval and ``""``: a whole number of seconds, 0 (a cycle at every happening)
+    or more; else 0 and what it must be."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value, ""
+    return 0, "must be a whole number of seconds >= 0 (0: a cycle at every happening)"
+
+
 TOP_KEYS = (
     "name",
     "cluster",
@@ -935,12 +949,15 @@ def parse_scenario(
     keep_unfit: bool = False,
     strict: bool = False,
     never_fits: NeverFits | None = None,
+    cycle_interval: int | None = None,
 ) -> Scenario:
     """A :class:`Scenario` from parsed YAML/JSON ``data``, or :class:`ScenarioError`.
 
     ``keep_unfit`` (or ``options.keep_unfit`` in the file) keeps jobs that can never fit, to end
     ``rejected``; ``strict`` refuses a trace with unusable rows instead of skipping them.
     ``never_fits`` is the engine's judgement (POLICY.md section 2), the real one by default.
+    ``cycle_interval`` (seconds; 0: a cycle at every happening), when given, stands instead of
+    the file's ``options.cycle_interval``.
     """
     r = _Reader()
     top = r.mapping(data, "", TOP_KEYS, required=("cluster", "teams"))
@@ -965,9 +982,13 @@ def parse_scenario(
             continue
         teams[team.name] = team
 
-    options = r.mapping(top.get("options") or {}, "options", ("keep_unfit",))
+    options = r.mapping(top.get("options") or {}, "options", ("keep_unfit", "cycle_interval"))
     if options and "keep_unfit" in options:
         keep_unfit = bool(r.boolean(options["keep_unfit"], "options.keep_unfit")) or keep_unfit
+    if cycle_interval is None and options and "cycle_interval" in options:
+        cycle_interval, problem = read_cycle_interval(options["cycle_interval"])
+        if problem:
+            r.bad("options.cycle_interval", problem, options["cycle_interval"])
     horizon = None
     if top.get("horizon") is not None:
         horizon = r.number(top["horizon"], "horizon", minimum=0, what="a number of seconds")
@@ -1024,6 +1045,7 @@ def parse_scenario(
         events=tuple(events),
         horizon=horizon,
         keep_unfit=keep_unfit,
+        cycle_interval=cycle_interval or 0,
         rejected=rejected,
         trace=trace,
         expect=expect,
@@ -1165,6 +1187,7 @@ def load_scenario(
     keep_unfit: bool = False,
     strict: bool = False,
     never_fits: NeverFits | None = None,
+    cycle_interval: int | None = None,
 ) -> Scenario:
     """Read a YAML or JSON scenario file (JSON is YAML, so one parser reads both)."""
     file = Path(path)
@@ -1189,4 +1212,5 @@ def load_scenario(
         keep_unfit=keep_unfit,
         strict=strict,
         never_fits=never_fits,
+        cycle_interval=cycle_interval,
     )

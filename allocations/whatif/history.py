@@ -82,7 +82,9 @@ def build(start: datetime, end: datetime, *, step: int = 0) -> HistoryScenario:
 
     ``step`` (seconds, 0 = exact) puts every submit, run time and event on a grid: jobs that
     the loop would see within one step are decided together, as the loop (which runs every
-    few seconds) does, and a replay runs far fewer cycles; waits move by less than a step."""
+    few seconds) does, and a replay runs far fewer cycles; waits move by less than a step.
+    The cycles run on that grid too (``options.cycle_interval``): a back-off retry waits for
+    the next step, as the loop's next cycle."""
     out = HistoryScenario(data={})
     horizon = _seconds(end, start)
 
@@ -144,7 +146,7 @@ def build(start: datetime, end: datetime, *, step: int = 0) -> HistoryScenario:
         "jobs": jobs,
         "events": events,
         "horizon": horizon,
-        "options": {"keep_unfit": True},
+        "options": {"keep_unfit": True, **({"cycle_interval": step} if step else {})},
     }
     return out
 

@@ -165,3 +165,33 @@ def test_keep_unfit_and_strict_flags_reach_the_loader(tmp_path: Path) -> None:
     out = io.StringIO()
     call_command("simulate", str(file), "--keep-unfit", "--json", "-", stdout=out, stderr=io.StringIO())
     assert json.loads(out.getvalue())["jobs"]["j1"]["state"] == "rejected"
+
+
+def test_the_cycle_interval_flag_stands_instead_of_the_files(tmp_path: Path) -> None:
+    file = tmp_path / "interval.yaml"
+    file.write_text(
+        """
+cluster:
+  node_pools: [{instance_type: ml.p5.48xlarge, count: 1, gpus_per_node: 8}]
+teams:
+  - {name: team-a, quota: {ml.p5.48xlarge: 8}}
+jobs:
+  - {id: j1, team: team-a, gpus: 2, submit: 7, duration: 60}
+options: {cycle_interval: 60}
+"""
+    )
+
+    def admitted(*flags: str) -> list[float]:
+        out = io.StringIO()
+        call_command("simulate", str(file), "--json", "-", *flags, stdout=out, stderr=io.StringIO())
+        return json.loads(out.getvalue())["jobs"]["j1"]["admitted_at"]
+
+    assert admitted() == [60]  # the file's interval: submitted at 7, decided at 60
+    assert admitted("--cycle-interval", "0") == [7]  # at every happening
+    assert admitted("--cycle-interval", "5") == [10]
+    with pytest.raises(
+        CommandError, match=r"--cycle-interval: must be a whole number of seconds >= 0 .*got -5"
+    ):
+        call_command(
+            "simulate", str(file), "--cycle-interval", "-5", stdout=io.StringIO(), stderr=io.StringIO()
+        )

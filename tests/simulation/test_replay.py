@@ -313,6 +313,55 @@ def test_a_retry_cycle_is_skipped_when_its_job_no_longer_waits_out_that_back_off
     assert at_8.cluster.cycles == at_7.cluster.cycles + 1  # the retry at 5.75 + 2^1, not at 6
 
 
+INTERVAL = """
+cluster:
+  node_pools: [{instance_type: ml.g5.8xlarge, count: 1, gpus_per_node: 4}]
+teams:
+  - {name: a, quota: {ml.g5.8xlarge: 4}}
+jobs:
+  - {id: j1, team: a, gpus: 2, submit: 0, duration: 3601}
+  - {id: j2, team: a, gpus: 4, submit: 0, duration: 600}
+  - {id: j3, team: a, gpus: 1, submit: 30, duration: 60}
+options: {cycle_interval: 60}
+"""
+
+
+def test_with_a_cycle_interval_what_happens_between_two_cycles_is_decided_at_the_next() -> None:
+    result = replay(load(INTERVAL))
+    jobs = result.jobs
+    # j3, submitted at 30, starts at the next cycle (60) beside j1; j2 needs all 4 GPUs.
+    assert (jobs["j1"].admitted_at, jobs["j3"].admitted_at) == ((0,), (60,))
+    # j1 ends at 3601 and gives its GPUs back then, but j2 starts at the next cycle, 3660;
+    # that cycle runs although nothing happens after 3601 but it.
+    assert jobs["j1"].finished_at == 3601
+    assert (jobs["j2"].admitted_at, jobs["j2"].finished_at, result.end_time) == ((3660,), 4260, 4260)
+    c = result.cluster
+    assert c.allocated_gpu_hours == pytest.approx((2 * 3601 + 60 + 4 * 600) / 3600)
+    # Idle GPUs while j2 waits: 2 until 60, 1 while j3 runs (to 120), 2 until 3601, then all 4 until 3660.
+    assert c.idle_while_waiting_gpu_hours == pytest.approx((2 * 60 + 60 + 2 * 3481 + 4 * 59) / 3600)
+    assert (result.teams["a"].wait_p50_s, c.wait_mean_s) == (30, pytest.approx((30 + 3660) / 3))
+    # Without the interval (or with 0) the same jobs start as soon as something happens.
+    for exact in (
+        load(INTERVAL.replace("cycle_interval: 60", "cycle_interval: 0")),
+        load(INTERVAL, cycle_interval=0),
+    ):
+        jobs = replay(exact).jobs
+        assert (jobs["j3"].admitted_at, jobs["j2"].admitted_at) == ((30,), (3601,))
+
+
+def test_with_a_cycle_interval_a_back_off_retry_waits_for_the_next_cycle() -> None:
+    forever = RECLAIM.replace("duration: 1000", "duration: null").replace("duration: 100}", "duration: null}")
+    scenario = load(forever + "options: {cycle_interval: 10}\n")
+    result = replay(scenario)
+    # a1, submitted at 5, is decided at 10 and preempts b2 then; b2's back-off ends at 11,
+    # and its retry cycle is at 20, not 11 (nothing else is left: the run ends at 10).
+    assert [(p.at, p.by) for p in result.jobs["b2"].preempted] == [(10, "a1")]
+    assert result.end_time == 10
+    at_19, at_20 = replay(scenario, until=19), replay(scenario, until=20)
+    assert replay(scenario, until=10).cluster.cycles == at_19.cluster.cycles
+    assert at_20.cluster.cycles == at_19.cluster.cycles + 1
+
+
 def test_update_team_applies_at_its_time_and_a_waiting_job_then_fits() -> None:
     scenario = load(
         """

@@ -244,6 +244,21 @@ CORPUS = [
         scenario(options="{keep_unfit: maybe}"),
         "options.keep_unfit: must be true or false, got 'maybe'",
     ),
+    (
+        "negative-cycle-interval",
+        scenario(options="{cycle_interval: -5}"),
+        "options.cycle_interval: must be a whole number of seconds >= 0 (0: a cycle at every happening), got -5",
+    ),
+    (
+        "fractional-cycle-interval",
+        scenario(options="{cycle_interval: 2.5}"),
+        "options.cycle_interval: must be a whole number of seconds >= 0 (0: a cycle at every happening), got 2.5",
+    ),
+    (
+        "text-cycle-interval",
+        scenario(options="{cycle_interval: '60'}"),
+        "options.cycle_interval: must be a whole number of seconds >= 0 (0: a cycle at every happening), got '60'",
+    ),
     ("bad-horizon", scenario(horizon="-1"), "horizon: must be a number of seconds >= 0, got -1"),
     ("expect-unknown-job", scenario(expect="{running: [j7]}"), "expect.running[0]: unknown job, got 'j7'"),
     ("expect-bad-code", scenario(expect="{pending: {j1: stuck}}"), "expect.pending.j1: must be one of"),

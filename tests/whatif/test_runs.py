@@ -103,7 +103,9 @@ def test_manage_py_simulate_on_the_exported_scenario_gives_the_same_figures(week
         assert {k: stored["teams"][name][k] for k in team} == team
     assert {k: stored["cluster"][k] for k in simulated["cluster"]} == simulated["cluster"]
     assert simulated["job_counts"] == stored["job_counts"]
-    assert yaml.safe_load(scenario.read_text())["options"] == {"keep_unfit": True}
+    # The run's time step is the replay's cycle interval, so the file replays on the same grid.
+    assert run.time_step == 60
+    assert yaml.safe_load(scenario.read_text())["options"] == {"keep_unfit": True, "cycle_interval": 60}
 
 
 def test_a_run_cancelled_while_queued_never_replays(week):
@@ -152,6 +154,9 @@ def test_a_time_step_puts_every_submit_run_time_and_event_on_its_grid(week):
         if job["duration"] is not None:  # None: the cancelled job, which had none
             assert job["duration"] % 300 == 0 and abs(job["duration"] - exact[job["id"]]["duration"]) <= 150
     assert all(event["at"] % 300 == 0 for event in built.data["events"])
+    # and so are the cycles (a back-off retry at the next step, as the loop's next cycle)
+    assert built.data["options"]["cycle_interval"] == 300
+    assert "cycle_interval" not in history.build(week.start, week.end).data["options"]
 
 
 def test_a_run_refuses_a_bad_window_or_time_step_naming_it(week):

@@ -1,4 +1,4 @@
-"""``manage.py simulate FILE [--json OUT|-] [--until T] [--keep-unfit] [--strict]``.
+"""``manage.py simulate FILE [--json OUT|-] [--until T] [--keep-unfit] [--strict] [--cycle-interval S]``.
 
 Replays a scenario (../shared/spec/SCENARIO.md) through the allocation engine on a simulated
 clock. It needs no database and no broker: the work is done by ``allocations.simulation``.
@@ -48,6 +48,7 @@ class Command(BaseCommand):
                 until=options["until"],
                 keep_unfit=options["keep_unfit"],
                 strict=options["strict"],
+                cycle_interval=options["cycle_interval"],
                 progress=not options["no_progress"],
                 stdout=_Plain(self.stdout),  # type: ignore[arg-type]
                 stderr=_Plain(self.stderr),  # type: ignore[arg-type]
