@@ -64,8 +64,8 @@ class RunForm(forms.Form):
         required=False,
         empty_value=60,
         initial="60",
-        help_text="Submits, run times and node changes are put on this grid: coarser replays faster; "
-        "waits move by less than one step.",
+        help_text="Submits, run times and node changes are put on this grid, and the replay's cycles run "
+        "on it, as the loop's every few seconds: coarser replays faster; waits move by less than one step.",
         error_messages={
             "invalid_choice": "Time resolution must be 0, 60, 300 or 900 seconds; got %(value)r."
         },
