@@ -985,7 +985,11 @@ def parse_scenario(
     options = r.mapping(top.get("options") or {}, "options", ("keep_unfit", "cycle_interval"))
     if options and "keep_unfit" in options:
         keep_unfit = bool(r.boolean(options["keep_unfit"], "options.keep_unfit")) or keep_unfit
-    if cycle_interval is None and options and "cycle_interval" in options:
+    if cycle_interval is not None:  # the caller's (the command line checks its flag first)
+        _, problem = read_cycle_interval(cycle_interval)
+        if problem:
+            r.bad("cycle_interval", problem, cycle_interval)
+    elif options and "cycle_interval" in options:
         cycle_interval, problem = read_cycle_interval(options["cycle_interval"])
         if problem:
             r.bad("options.cycle_interval", problem, options["cycle_interval"])

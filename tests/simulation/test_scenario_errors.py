@@ -350,3 +350,10 @@ def test_the_jobs_of_a_refused_team_are_not_reported_again_as_unknown_team() -> 
 
 def test_a_file_that_is_not_a_mapping_is_refused() -> None:
     assert errors_of("- just\n- a list\n") == ['(file): must be a mapping, got ["just", "a list"]']
+
+
+def test_a_cycle_interval_given_by_the_caller_is_checked_too() -> None:
+    errors = errors_of(BASE, cycle_interval=-1)
+    assert errors == [
+        "cycle_interval: must be a whole number of seconds >= 0 (0: a cycle at every happening), got -1"
+    ]
