@@ -660,7 +660,7 @@ class ReportDelivery(models.Model):
 
 
 # --- What-if: policy drafts and their replays over past windows (issue 10) ----------------------
-# Written only by services/drafts.py and the what-if task (allocations/whatif/tasks.py).
+# Written only by the what-if lab's services (allocations/whatif/services.py).
 
 
 class PolicyDraft(models.Model):

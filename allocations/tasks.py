@@ -2,7 +2,9 @@
 
 ``run_cycle`` runs one allocation cycle (``services.loop.run_allocation_cycle``); beat runs it
 every ``ALLOCATION_INTERVAL`` seconds (``allocations/schedule.py``) and every write service asks
-for one soon after its change with ``request_cycle()`` in ``transaction.on_commit``.
+for one soon after its change with ``services.cycle_requests.request_cycle()`` in
+``transaction.on_commit``. The what-if lab's tasks live in ``allocations/whatif/tasks.py``; the
+Celery app's ``include`` registers them.
 Tasks take no ORM objects, only plain values, and are safe to run twice: a cycle that finds
 another one running simply does nothing.
 """
@@ -16,40 +18,14 @@ from celery import shared_task
 from django.conf import settings
 from django.core.cache import cache
 
+from allocations.services.cycle_requests import RUN_CYCLE_TASK
+
 log = logging.getLogger(__name__)
 
-# One cycle request per window: a burst of writes (a form saving ten quotas, an API client
-# submitting a hundred jobs) gives one cycle, not a hundred.
-REQUEST_DEBOUNCE_KEY = "gpugov:loop:cycle-requested"
-REQUEST_WINDOW_S = 1
 # After a backend outage, cycles wait this long (doubling per failure, up to the cap) before
 # they talk to the backend again; the state lives in the cache so every worker honours it.
 BACKOFF_KEY = "gpugov:loop:backoff"
 BACKOFF_MAX_S = 300
-
-
-def request_cycle() -> bool:
-    """Ask for an allocation cycle soon; call it in ``transaction.on_commit`` after a write.
-
-    Debounced: at most one ``run_cycle`` is queued per ``REQUEST_WINDOW_S`` (the cache's atomic
-    ``add`` decides which caller queues it). Returns whether this call queued one. A broker
-    or cache that cannot be reached is logged, not raised: the user's change is already committed
-    and the next beat tick runs the cycle anyway.
-    """
-    try:
-        if not cache.add(REQUEST_DEBOUNCE_KEY, 1, timeout=REQUEST_WINDOW_S):
-            return False
-    except Exception:  # the cache (Redis) is down: raising here would answer 500 for a stored job
-        log.exception("could not reach the cache to request an allocation cycle; beat will run it")
-        return False
-    try:
-        # A request nobody picked up within a minute is superseded by beat's ticks: drop it
-        # rather than run a backlog of cycles when a worker comes back.
-        run_cycle.apply_async(kwargs={"trigger": "request"}, countdown=REQUEST_WINDOW_S, expires=60)
-    except Exception:  # the broker is down: beat will run the cycle when it is back
-        log.exception("could not queue an allocation cycle; the next scheduled one will run")
-        return False
-    return True
 
 
 def backoff_remaining(now: float | None = None) -> float:
@@ -72,7 +48,7 @@ def record_backend_outcome(healthy: bool, now: float | None = None) -> None:
     cache.set(BACKOFF_KEY, {"failures": failures, "until": now + delay}, timeout=BACKOFF_MAX_S * 2)
 
 
-@shared_task(name="allocations.run_cycle", ignore_result=True)
+@shared_task(name=RUN_CYCLE_TASK, ignore_result=True)
 def run_cycle(trigger: str = "beat") -> int | None:
     """Run one allocation cycle unless the backend is in back-off; returns the CycleRun's id.
 
@@ -138,6 +114,3 @@ def send_weekly_reports() -> str:
 
     result = weekly_reports_tick(now=timezone.now())
     return "not due" if result is None else str(result)
-
-
-from allocations.whatif import tasks as whatif_tasks  # noqa: E402, F401  (registers the what-if task)

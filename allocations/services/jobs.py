@@ -26,7 +26,7 @@ FINAL_JOB_STATES = (JobState.FINISHED, JobState.FAILED, JobState.CANCELLED, JobS
 
 def _request_cycle_on_commit() -> None:
     """Ask the allocation loop for a cycle soon, once this transaction has committed."""
-    from allocations.tasks import request_cycle  # the loop's module imports Celery: load it late
+    from allocations.services.cycle_requests import request_cycle
 
     transaction.on_commit(request_cycle)
 

@@ -21,7 +21,7 @@ from django.core.exceptions import ValidationError
 from django.db import models, transaction
 from django.utils import timezone
 
-from allocations import choices, tasks
+from allocations import choices
 from allocations.choices import BackendKind, BorrowLimitKind, NodeState, Role
 from allocations.models import (
     Cluster,
@@ -35,6 +35,7 @@ from allocations.models import (
     TeamQuota,
 )
 from allocations.services import audit
+from allocations.services.cycle_requests import request_cycle
 
 M = TypeVar("M", bound=models.Model)
 
@@ -361,7 +362,7 @@ def _check_text(errors: _Errors, field: str, value: Any, max_length: int) -> Non
 # --- Common steps -------------------------------------------------------------------------------
 def _request_cycle() -> None:
     """Ask the allocation loop for a cycle once the change is committed (policy changes what may run)."""
-    transaction.on_commit(tasks.request_cycle)
+    transaction.on_commit(request_cycle)
 
 
 def _refuse_unknown(changes: Mapping[str, Any], fields: tuple[str, ...]) -> None:

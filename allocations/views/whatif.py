@@ -19,8 +19,7 @@ from django.views.decorators.http import require_POST
 from allocations.access import cluster_admin_required
 from allocations.forms import policy as policy_forms
 from allocations.models import InstanceType, PolicyDraft, PriorityClass, WhatIfRun, WhatIfRunState
-from allocations.services import drafts as services
-from allocations.whatif import charts, figures, runs
+from allocations.whatif import charts, figures, runs, services
 from allocations.whatif import drafts as bodies
 from allocations.whatif.forms import DraftNameForm, RunForm
 

@@ -15,23 +15,18 @@ import logging
 import time
 import traceback
 from collections.abc import Mapping
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Q
-from django.utils import timezone
 
 from allocations.models import InstanceType, WhatIfRun, WhatIfRunState
 from allocations.simulation import ScenarioError, SimulationError, parse_scenario
 from allocations.simulation.replay import Replay
 
-from . import drafts, figures, history
+from . import drafts, figures, history, services
 
 log = logging.getLogger(__name__)
 
-LIVE = "live"
 PROGRESS_EVERY_S = 0.5
 
 
@@ -78,47 +73,6 @@ def scenario_data(
 
 
 # --- Executing a run -----------------------------------------------------------------------------
-def _claim(run_id: int) -> bool:
-    now = timezone.now()
-    return bool(
-        WhatIfRun.objects.filter(pk=run_id, state=WhatIfRunState.QUEUED).update(
-            state=WhatIfRunState.RUNNING,
-            started_at=now,
-            heartbeat_at=now,
-            progress=0,
-            progress_message="Reading the history",
-        )
-    )
-
-
-def reap_stalled(stale_after: timedelta) -> int:
-    """End the runs left ``running`` by a worker that stopped (killed, out of memory, the machine
-    restarted): no progress report for ``stale_after``. They become ``failed`` with a message
-    saying so, instead of showing "running" forever; their drafts are untouched, and a new run
-    can be started. Returns how many were ended."""
-    now = timezone.now()
-    cutoff = now - stale_after
-    minutes = max(1, round(stale_after.total_seconds() / 60))
-    return WhatIfRun.objects.filter(
-        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff),
-        state=WhatIfRunState.RUNNING,
-    ).update(
-        state=WhatIfRunState.FAILED,
-        finished_at=now,
-        progress_message="Stopped",
-        error=(
-            f"The worker running this what-if run stopped: no progress for {minutes} minutes. "
-            "Nothing was applied; start the run again."
-        ),
-    )
-
-
-def _finish(run_id: int, state: str, **fields: Any) -> None:
-    WhatIfRun.objects.filter(pk=run_id, state=WhatIfRunState.RUNNING).update(
-        state=state, finished_at=timezone.now(), **fields
-    )
-
-
 class _Progress:
     """The simulator's progress callback for replay ``index`` of ``count``."""
 
@@ -131,12 +85,9 @@ class _Progress:
         if not force and now - self.last < PROGRESS_EVERY_S:
             return
         self.last = now
-        if WhatIfRun.objects.filter(pk=self.run_id, cancel_requested=True).exists():
-            raise RunCancelled
         overall = min(1.0, (self.index + fraction) / self.count)
-        WhatIfRun.objects.filter(pk=self.run_id, state=WhatIfRunState.RUNNING).update(
-            progress=overall, progress_message=message[:200], heartbeat_at=timezone.now()
-        )
+        if not services.whatif_run_progress(run_id=self.run_id, progress=overall, message=message):
+            raise RunCancelled
 
     def __call__(self, now: float, end: float | None, done: int, total: int) -> None:
         fraction = now / end if end else (done / total if total else 1.0)
@@ -148,32 +99,23 @@ class _Progress:
 
 def execute(run_id: int) -> str:
     """Run the what-if run ``run_id`` if it is still queued; returns its final state."""
-    if not _claim(run_id):
+    if not services.whatif_run_claim(run_id=run_id):
         return WhatIfRun.objects.filter(pk=run_id).values_list("state", flat=True).first() or "missing"
     try:
         results = _replay_all(run_id)
     except RunCancelled:
-        _finish(run_id, WhatIfRunState.CANCELLED, progress_message="Cancelled")
+        services.whatif_run_fail(run_id=run_id, state=WhatIfRunState.CANCELLED, progress_message="Cancelled")
         return WhatIfRunState.CANCELLED
     except (ScenarioError, SimulationError) as exc:
-        _finish(run_id, WhatIfRunState.FAILED, error=f"{type(exc).__name__}: {exc}"[:20000])
+        error = f"{type(exc).__name__}: {exc}"[:20000]
+        services.whatif_run_fail(run_id=run_id, state=WhatIfRunState.FAILED, error=error)
         return WhatIfRunState.FAILED
     except Exception as exc:  # a bug must still end the run visibly, not leave it "running"
         log.exception("what-if run %s failed", run_id)
-        _finish(run_id, WhatIfRunState.FAILED, error="".join(traceback.format_exception_only(exc))[:20000])
+        error = "".join(traceback.format_exception_only(exc))[:20000]
+        services.whatif_run_fail(run_id=run_id, state=WhatIfRunState.FAILED, error=error)
         return WhatIfRunState.FAILED
-    with transaction.atomic():
-        run = WhatIfRun.objects.select_for_update().get(pk=run_id)
-        if run.state != WhatIfRunState.RUNNING:
-            return str(run.state)  # ended meanwhile (the reaper took it for stalled): left as it is
-        state = WhatIfRunState.CANCELLED if run.cancel_requested else WhatIfRunState.DONE
-        run.state = state
-        run.results = results
-        run.progress = 1.0
-        run.progress_message = "Done" if state == WhatIfRunState.DONE else "Cancelled"
-        run.finished_at = timezone.now()
-        run.save(update_fields=["state", "results", "progress", "progress_message", "finished_at"])
-    return state
+    return services.whatif_run_complete(run_id=run_id, results=results)
 
 
 def _replay_all(run_id: int) -> dict[str, Any]:
@@ -191,8 +133,8 @@ def _replay_all(run_id: int) -> dict[str, Any]:
         history_data = built.data
         skipped = {"counts": built.skipped, "examples": built.examples}
         adjusted = {"counts": built.adjusted, "examples": built.adjusted_examples}
-        WhatIfRun.objects.filter(pk=run_id).update(
-            scenario=pack(history_data), results={"skipped": skipped, "adjusted": adjusted}
+        services.whatif_run_store_scenario(
+            run_id=run_id, scenario=pack(history_data), results={"skipped": skipped, "adjusted": adjusted}
         )
     prices = {
         name: float(price) for name, price in InstanceType.objects.values_list("name", "price_per_gpu_hour")
@@ -218,7 +160,7 @@ def _replay_all(run_id: int) -> dict[str, Any]:
 
     # 3. Each draft against the live policy: the jobs whose wait changed most.
     comparisons = [
-        {"key": entry["key"], "jobs": figures.wait_changes(per_job[LIVE], per_job[entry["key"]])}
+        {"key": entry["key"], "jobs": figures.wait_changes(per_job[services.LIVE], per_job[entry["key"]])}
         for entry in policies[1:]
     ]
     return {

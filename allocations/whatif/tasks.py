@@ -1,5 +1,4 @@
-"""The what-if lab's Celery task (imported by ``allocations.tasks`` so that the worker's
-autodiscovery registers it)."""
+"""The what-if lab's Celery tasks (the Celery app's ``include`` registers them)."""
 
 from __future__ import annotations
 
@@ -22,6 +21,6 @@ def reap_whatif_runs() -> int:
 
     from django.conf import settings
 
-    from allocations.whatif.runs import reap_stalled
+    from allocations.whatif.services import whatif_runs_reap_stalled
 
-    return reap_stalled(timedelta(seconds=settings.WHATIF_STALE_AFTER_S))
+    return whatif_runs_reap_stalled(stale_after=timedelta(seconds=settings.WHATIF_STALE_AFTER_S))

@@ -24,8 +24,8 @@ from django.db import close_old_connections, connection
 from django.test import override_settings
 from rest_framework.test import APIClient
 
-from allocations import tasks
 from allocations.models import Job
+from allocations.services import cycle_requests
 from tests.conftest import Personas
 
 
@@ -51,7 +51,7 @@ def redis_down() -> Iterator[None]:
 
 
 def test_request_cycle_while_redis_is_down_is_dropped_not_raised(redis_down: None) -> None:
-    assert tasks.request_cycle() is False
+    assert cycle_requests.request_cycle() is False
 
 
 @pytest.mark.django_db(transaction=True)

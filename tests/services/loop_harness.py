@@ -196,12 +196,13 @@ def _request(args: argparse.Namespace) -> dict[str, Any]:
     from django.core.cache import cache
 
     from allocations import tasks
+    from allocations.services import cycle_requests
     from gpugov_site.celery import app
 
     if args.queue:
         app.conf.task_default_queue = args.queue
-    cache.delete_many([tasks.REQUEST_DEBOUNCE_KEY, tasks.BACKOFF_KEY])
-    return {"queued": tasks.request_cycle(), "again": tasks.request_cycle()}
+    cache.delete_many([cycle_requests.REQUEST_DEBOUNCE_KEY, tasks.BACKOFF_KEY])
+    return {"queued": cycle_requests.request_cycle(), "again": cycle_requests.request_cycle()}
 
 
 def _cancel(args: argparse.Namespace) -> dict[str, Any]:

@@ -10,11 +10,10 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from allocations import tasks
 from allocations.choices import AuditAction
 from allocations.models import AuditEntry, ClusterPolicy, Node, PriorityClass, Team, TeamQuota
 from allocations.selectors import policy as selectors
-from allocations.services import policy
+from allocations.services import cycle_requests, policy
 from tests import factories as f
 
 pytestmark = pytest.mark.django_db
@@ -286,7 +285,7 @@ def test_membership_services(personas):
 def test_a_committed_change_requests_an_allocation_cycle(personas, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks() as callbacks:
         policy.team_quota_set(actor=None, team=personas.team, instance_type=personas.instance_type, quota=4)
-    assert tasks.request_cycle in callbacks
+    assert cycle_requests.request_cycle in callbacks
 
 
 def test_a_refused_change_requests_no_cycle(personas, django_capture_on_commit_callbacks):

@@ -10,14 +10,15 @@ from django.core.cache import cache
 
 from allocations import tasks
 from allocations.models import Cluster, CycleRun
+from allocations.services import cycle_requests
 from tests.conftest import Personas
 
 
 @pytest.fixture(autouse=True)
 def clean_cache() -> Iterator[None]:
-    cache.delete_many([tasks.BACKOFF_KEY, tasks.REQUEST_DEBOUNCE_KEY])
+    cache.delete_many([tasks.BACKOFF_KEY, cycle_requests.REQUEST_DEBOUNCE_KEY])
     yield
-    cache.delete_many([tasks.BACKOFF_KEY, tasks.REQUEST_DEBOUNCE_KEY])
+    cache.delete_many([tasks.BACKOFF_KEY, cycle_requests.REQUEST_DEBOUNCE_KEY])
 
 
 def test_beat_runs_the_cycle_every_allocation_interval() -> None:

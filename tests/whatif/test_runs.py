@@ -13,10 +13,9 @@ from django.core.management import call_command
 
 from allocations.choices import JobState
 from allocations.models import Job, WhatIfRun, WhatIfRunState
-from allocations.services import drafts as services
 from allocations.simulation import parse_scenario
 from allocations.whatif import drafts as bodies
-from allocations.whatif import history
+from allocations.whatif import history, services
 from allocations.whatif.runs import execute, export_yaml, scenario_data
 from tests import factories as f
 
@@ -234,7 +233,9 @@ def test_a_run_taken_for_stalled_is_not_overwritten_when_its_worker_comes_back(w
     real_report = runs._Progress.report
 
     def report(self, fraction, message, force=False):
-        runs.reap_stalled(timedelta(0))  # the reaper passes while the worker is busy
+        services.whatif_runs_reap_stalled(
+            stale_after=timedelta(0)
+        )  # the reaper passes while the worker is busy
         return real_report(self, fraction, message, force)
 
     monkeypatch.setattr(runs._Progress, "report", report)

@@ -10,7 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from allocations.models import AuditEntry, PolicyDraft, TeamQuota, WhatIfRun, WhatIfRunState
-from allocations.services import drafts as services
+from allocations.whatif import services
 from allocations.whatif.runs import execute
 from tests.conftest import PASSWORD
 

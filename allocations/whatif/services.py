@@ -1,4 +1,5 @@
-"""Writes of the what-if lab: policy drafts and what-if runs (issue 10).
+"""Writes of the what-if lab: policy drafts and what-if runs, and the state of a run as its
+worker executes it (``runs.py`` decides, this module writes).
 
 A draft is edited with the live policy's own rules (``services.policy.validate_*``, through the
 console's forms) and applied through the live policy's services, in one transaction: every
@@ -9,17 +10,24 @@ change is committed (``services.policy`` does both).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from celery import current_app
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from allocations.interop import policy as interop
 from allocations.models import PolicyDraft, WhatIfRun, WhatIfRunState
 from allocations.whatif import drafts as bodies
-from allocations.whatif.runs import LIVE
+
+# The key of the live policy among a run's policies (always the first).
+LIVE = "live"
+# The Celery task that executes a run (``whatif/tasks.py``), queued by name: the tasks module
+# imports the runner, which imports this module.
+RUN_TASK = "allocations.whatif.run"
 
 # A what-if window: at least an hour, at most a year (the history kept is far shorter).
 MIN_WINDOW_S = 3600
@@ -153,9 +161,7 @@ def whatif_run_create(
 
 
 def _queue(run_id: int) -> None:
-    from allocations.whatif.tasks import run_whatif
-
-    result = run_whatif.apply_async(args=[run_id])
+    result = current_app.send_task(RUN_TASK, args=[run_id])
     WhatIfRun.objects.filter(pk=run_id).update(celery_task_id=result.id or "")
 
 
@@ -177,3 +183,81 @@ def whatif_run_cancel(*, run: WhatIfRun) -> WhatIfRun:
 @transaction.atomic
 def whatif_run_delete(*, run: WhatIfRun) -> None:
     WhatIfRun.objects.filter(pk=run.pk).delete()
+
+
+# --- A run as its worker executes it (``runs.execute``) ------------------------------------------
+def whatif_run_claim(*, run_id: int) -> bool:
+    """Move a queued run to running; False when another copy of the task took it, or it was
+    cancelled meanwhile (then the caller does nothing)."""
+    now = timezone.now()
+    return bool(
+        WhatIfRun.objects.filter(pk=run_id, state=WhatIfRunState.QUEUED).update(
+            state=WhatIfRunState.RUNNING,
+            started_at=now,
+            heartbeat_at=now,
+            progress=0,
+            progress_message="Reading the history",
+        )
+    )
+
+
+def whatif_run_store_scenario(*, run_id: int, scenario: bytes, results: dict[str, Any]) -> None:
+    """Keep the window's history (packed) with the run, so that a retried run replays it."""
+    WhatIfRun.objects.filter(pk=run_id).update(scenario=scenario, results=results)
+
+
+def whatif_run_progress(*, run_id: int, progress: float, message: str) -> bool:
+    """Record a running run's progress and heartbeat; False when its cancel flag is set (the
+    caller stops the replay)."""
+    if WhatIfRun.objects.filter(pk=run_id, cancel_requested=True).exists():
+        return False
+    WhatIfRun.objects.filter(pk=run_id, state=WhatIfRunState.RUNNING).update(
+        progress=progress, progress_message=message[:200], heartbeat_at=timezone.now()
+    )
+    return True
+
+
+def whatif_run_fail(*, run_id: int, state: str, **fields: Any) -> None:
+    """End a running run that did not complete (cancelled or failed), with its message."""
+    WhatIfRun.objects.filter(pk=run_id, state=WhatIfRunState.RUNNING).update(
+        state=state, finished_at=timezone.now(), **fields
+    )
+
+
+@transaction.atomic
+def whatif_run_complete(*, run_id: int, results: dict[str, Any]) -> str:
+    """Store a replayed run's results; returns its final state. A run the reaper ended
+    meanwhile is left as it is; one whose cancel was asked for ends cancelled."""
+    run = WhatIfRun.objects.select_for_update().get(pk=run_id)
+    if run.state != WhatIfRunState.RUNNING:
+        return str(run.state)
+    state = WhatIfRunState.CANCELLED if run.cancel_requested else WhatIfRunState.DONE
+    run.state = state
+    run.results = results
+    run.progress = 1.0
+    run.progress_message = "Done" if state == WhatIfRunState.DONE else "Cancelled"
+    run.finished_at = timezone.now()
+    run.save(update_fields=["state", "results", "progress", "progress_message", "finished_at"])
+    return state
+
+
+def whatif_runs_reap_stalled(*, stale_after: timedelta) -> int:
+    """End the runs left ``running`` by a worker that stopped (killed, out of memory, the machine
+    restarted): no progress report for ``stale_after``. They become ``failed`` with a message
+    saying so, instead of showing "running" forever; their drafts are untouched, and a new run
+    can be started. Returns how many were ended."""
+    now = timezone.now()
+    cutoff = now - stale_after
+    minutes = max(1, round(stale_after.total_seconds() / 60))
+    return WhatIfRun.objects.filter(
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff),
+        state=WhatIfRunState.RUNNING,
+    ).update(
+        state=WhatIfRunState.FAILED,
+        finished_at=now,
+        progress_message="Stopped",
+        error=(
+            f"The worker running this what-if run stopped: no progress for {minutes} minutes. "
+            "Nothing was applied; start the run again."
+        ),
+    )
