@@ -3,7 +3,7 @@ clock. Pure Python like the engine: no Django, Celery or Plotly import, so that
 ``manage.py simulate``, ``python -m allocations.simulation`` and the benchmarks share it."""
 
 from .replay import Replay, SimulationError, replay
-from .result import Result, summary, to_json
+from .result import Result, summary, to_json, write_json
 from .scenario import Scenario, ScenarioError, load_scenario, parse_scenario
 
 __all__ = [
@@ -17,4 +17,5 @@ __all__ = [
     "replay",
     "summary",
     "to_json",
+    "write_json",
 ]

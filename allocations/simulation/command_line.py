@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import TextIO
 
 from .replay import Progress, replay
-from .result import Result, summary, to_json
+from .result import Result, summary, write_json
 from .scenario import ScenarioError, load_scenario, read_cycle_interval
 
 
@@ -79,14 +78,14 @@ def simulate(
         stderr.write(f"warning: {scenario.trace.describe()}\n")
     show = progress_bar(stderr) if progress and stderr.isatty() else None
     result = replay(scenario, until=until, progress=show)
-    document = json.dumps(to_json(result), indent=2) + "\n"
     if json_out == "-":
-        stdout.write(document)
+        write_json(result, stdout)
         stderr.write(summary(result) + "\n")
     else:
         stdout.write(summary(result) + "\n")
         if json_out:
-            Path(json_out).write_text(document, encoding="utf-8")
+            with Path(json_out).open("w", encoding="utf-8") as out:
+                write_json(result, out)
     return result
 
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from json.encoder import encode_basestring_ascii as _string
+from typing import Any, TextIO
 
 from allocations.engine.snapshot import PendingReason
 
-from .scenario import TraceReport
+from .trace import TraceReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,26 +96,34 @@ def _num(value: float, digits: int = 6) -> float | int:
     return round(value, digits)
 
 
+def _job_json(job: JobResult) -> dict[str, Any]:
+    return {
+        "team": job.team,
+        "gpus": job.gpus,
+        "priority": job.priority,
+        "state": job.state,
+        "admitted_at": [_num(t) for t in job.admitted_at],
+        "preempted": [{"at": _num(p.at), "reason": p.reason, "by": p.by} for p in job.preempted],
+        "finished_at": None if job.finished_at is None else _num(job.finished_at),
+        "pending_reason": None
+        if job.pending_reason is None
+        else {"code": job.pending_reason.code.value, "message": job.pending_reason.message},
+        "instance_type": job.instance_type,
+        "submit": _num(job.submit),
+        "cancelled_at": None if job.cancelled_at is None else _num(job.cancelled_at),
+        "evicted_at": [_num(t) for t in job.evicted_at],
+    }
+
+
 def to_json(result: Result) -> dict[str, Any]:
     """The ``--json`` result of SCENARIO.md (with a few added keys)."""
-    jobs: dict[str, Any] = {}
-    for job_id, job in result.jobs.items():
-        jobs[job_id] = {
-            "team": job.team,
-            "gpus": job.gpus,
-            "priority": job.priority,
-            "state": job.state,
-            "admitted_at": [_num(t) for t in job.admitted_at],
-            "preempted": [{"at": _num(p.at), "reason": p.reason, "by": p.by} for p in job.preempted],
-            "finished_at": None if job.finished_at is None else _num(job.finished_at),
-            "pending_reason": None
-            if job.pending_reason is None
-            else {"code": job.pending_reason.code.value, "message": job.pending_reason.message},
-            "instance_type": job.instance_type,
-            "submit": _num(job.submit),
-            "cancelled_at": None if job.cancelled_at is None else _num(job.cancelled_at),
-            "evicted_at": [_num(t) for t in job.evicted_at],
-        }
+    document = _document(result)
+    document["jobs"] = {job_id: _job_json(job) for job_id, job in result.jobs.items()}
+    return document
+
+
+def _document(result: Result) -> dict[str, Any]:
+    """``to_json`` but for the jobs (an empty mapping in their place)."""
     teams = {
         name: {
             "gpu_hours": _num(t.gpu_hours),
@@ -145,7 +155,7 @@ def to_json(result: Result) -> dict[str, Any]:
     out: dict[str, Any] = {
         "name": result.name,
         "end_time": _num(result.end_time),
-        "jobs": jobs,
+        "jobs": {},
         "teams": teams,
         "cluster": cluster,
         "job_counts": dict(result.counts),
@@ -160,6 +170,103 @@ def to_json(result: Result) -> dict[str, Any]:
             "skipped_examples": {k: list(v) for k, v in result.trace.examples.items()},
         }
     return out
+
+
+# Jobs written to the stream at a time by ``write_json``.
+_JOBS_PER_WRITE = 2048
+
+
+def write_json(result: Result, out: TextIO) -> None:
+    """Write ``json.dumps(to_json(result), indent=2)`` and a newline to ``out``, as
+    ``simulate --json`` does, without building and encoding a dict per job.
+
+    A replay of a trace has a hundred thousand jobs, and ``json`` indents in Python, one call
+    per value: about 15 times as long. Each job's block is written here from its fields instead,
+    with the encoded pending reasons (a few dozen, shared by the jobs that wait for the same
+    thing) and other repeated strings kept; everything else is ``json.dumps``'s own text.
+    ``tests/simulation/test_result_json.py`` checks that the text is the same."""
+    document = _document(result)
+    out.write("{\n")
+    for i, (key, value) in enumerate(document.items()):
+        out.write(f"  {_string(key)}: ")
+        if key == "jobs" and result.jobs:
+            _write_jobs(result.jobs, out)
+        else:
+            out.write(_indented(value, 1))
+        out.write(",\n" if i < len(document) - 1 else "\n")
+    out.write("}\n")
+
+
+def _indented(value: object, level: int) -> str:
+    """``value`` as ``json.dumps(..., indent=2)`` writes it ``level`` levels deep (its
+    strings hold no newline: ``json`` escapes them)."""
+    return json.dumps(value, indent=2).replace("\n", "\n" + "  " * level)
+
+
+def _write_jobs(jobs: Mapping[str, JobResult], out: TextIO) -> None:
+    strings: dict[str | None, str] = {}
+    reasons: dict[int, str] = {}
+
+    def text(value: str | None) -> str:
+        encoded = strings.get(value)
+        if encoded is None:
+            encoded = strings[value] = "null" if value is None else _string(value)
+        return encoded
+
+    def reason(value: PendingReason | None) -> str:
+        if value is None:
+            return "null"
+        encoded = reasons.get(id(value))  # the result holds every reason while this runs
+        if encoded is None:
+            encoded = reasons[id(value)] = _indented({"code": value.code.value, "message": value.message}, 3)
+        return encoded
+
+    out.write("{\n")
+    blocks: list[str] = []
+    for job_id, job in jobs.items():
+        preempted = "[]"
+        if job.preempted:
+            preempted = _indented(
+                [{"at": _num(p.at), "reason": p.reason, "by": p.by} for p in job.preempted], 3
+            )
+        blocks.append(
+            f"    {_string(job_id)}: {{\n"
+            f'      "team": {text(job.team)},\n'
+            f'      "gpus": {_number(job.gpus)},\n'
+            f'      "priority": {text(job.priority)},\n'
+            f'      "state": {text(job.state)},\n'
+            f'      "admitted_at": {_times(job.admitted_at)},\n'
+            f'      "preempted": {preempted},\n'
+            f'      "finished_at": {_time(job.finished_at)},\n'
+            f'      "pending_reason": {reason(job.pending_reason)},\n'
+            f'      "instance_type": {text(job.instance_type)},\n'
+            f'      "submit": {_time(job.submit)},\n'
+            f'      "cancelled_at": {_time(job.cancelled_at)},\n'
+            f'      "evicted_at": {_times(job.evicted_at)}\n'
+            "    }"
+        )
+        if len(blocks) == _JOBS_PER_WRITE:
+            out.write(",\n".join(blocks) + ",\n")
+            blocks.clear()
+    out.write(",\n".join(blocks) + "\n  }")
+
+
+def _number(value: float) -> str:
+    """A number as ``json.dumps`` writes it."""
+    if type(value) is int or (type(value) is float and math.isfinite(value)):
+        return repr(value)
+    return json.dumps(value)
+
+
+def _time(value: float | None) -> str:
+    return "null" if value is None else _number(_num(value))
+
+
+def _times(values: Sequence[float]) -> str:
+    """A job's times (a list three levels deep) as ``json.dumps(..., indent=2)`` writes them."""
+    if not values:
+        return "[]"
+    return "[\n        " + ",\n        ".join(_number(_num(t)) for t in values) + "\n      ]"
 
 
 def _hours(value: float) -> str:

@@ -15,6 +15,12 @@ CORPUS = Path(__file__).parent / "corpus"
 
 # file -> what the refusal must say (every string in the message)
 EXPECTED: dict[str, list[str]] = {
+    # The shapes of tests/fuzz/test_hostile_inputs.py as files: nesting is bounded before the
+    # parser recurses, and an integer too long for int() is named at its path.
+    "deep-nesting.yaml": ["deep-nesting.yaml: not valid YAML", "nested more than 64 levels deep"],
+    "deep-nesting.json": ["deep-nesting.json: not valid JSON", "nested more than 64 levels deep"],
+    "long-number.yaml": ["cluster.node_pools[0].count", "a number of 5001 digits"],
+    "long-number.json": ["cluster.node_pools[0].count", "a number of 5001 digits"],
     "truncated.yaml": ["truncated.yaml: not valid YAML", "line 6, column 51"],
     "trailing-comma.json": ["trailing-comma.json: not valid JSON", "line 1 column 115"],
     "empty.yaml": ["(file): must be a mapping, got null"],
@@ -47,8 +53,8 @@ EXPECTED: dict[str, list[str]] = {
     "trace-nul-byte.yaml": ["jobs_csv line 2: with a bad number: num_gpu='1\\x00'"],
     "trace-path-escape.yaml": ["jobs_csv.path: cannot read", "shadow"],
 }
-# Found by this corpus; allocations/simulation/ is still being written by its engineer, so the
-# fix is theirs (reported): until then these reproduce the crash and will flip to passing.
+# Files that are not UTF-8: each is refused naming the file and the encoding, rather than
+# crashing on the decode.
 UNDECODABLE = {
     "binary-garbage.yaml": "not UTF-8 at all (refused by load_scenario)",
     "trace-latin1.yaml": "a Latin-1 trace (refused by the jobs_csv reader)",

@@ -1,0 +1,278 @@
+"""The cluster of a scenario (SCENARIO.md): its nodes, its policy and its teams, read from the
+file, and the policy and teams again from the events that update them (``events.py``), each
+read into the engine's own dataclass (``Node``, ``ClusterPolicy``, ``Team``) so that the
+replay hands them to ``allocate`` unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from allocations.engine.snapshot import (
+    ClusterPolicy,
+    IdleAllocation,
+    InstanceType,
+    Node,
+    PreemptTeamTasks,
+    PreemptWhileBorrowing,
+    PriorityClass,
+    Queueing,
+    Quota,
+    Reclaim,
+    Sharing,
+    TaskRanking,
+    Team,
+)
+
+from .reading import Reader, key_path, show
+
+TEAM_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+# --------------------------------------------------------------------------------------------
+# Nodes
+
+
+def read_cluster(r: Reader, raw: object) -> tuple[tuple[InstanceType, ...], tuple[Node, ...]]:
+    cluster = r.mapping(raw, "cluster", ("node_pools", "nodes"))
+    if cluster is None:
+        return (), ()
+    if not cluster.get("node_pools") and not cluster.get("nodes"):
+        r.error("cluster", "needs node_pools or nodes")
+    gpus_per_node: dict[str, int] = {}
+    nodes: list[Node] = []
+    names: set[str] = set()
+    counters: dict[str, int] = {}
+
+    def add_node(name: str, instance_type: str, gpus: int, path: str) -> None:
+        known = gpus_per_node.setdefault(instance_type, gpus)
+        if known != gpus:
+            r.error(path, f"every {instance_type} node must have the same GPUs ({known}), got {gpus}")
+            return
+        if name in names:
+            r.error(path, f"duplicate node name {show(name)}")
+            return
+        names.add(name)
+        nodes.append(Node(name=name, instance_type=instance_type, gpus=gpus))
+
+    for i, pool_raw in enumerate(r.sequence(cluster.get("node_pools", []), "cluster.node_pools") or []):
+        path = f"cluster.node_pools[{i}]"
+        pool = r.mapping(
+            pool_raw,
+            path,
+            ("instance_type", "count", "gpus_per_node"),
+            required=("instance_type", "count", "gpus_per_node"),
+        )
+        if pool is None or len(pool) < 3:
+            continue
+        instance_type = r.text(pool["instance_type"], f"{path}.instance_type")
+        count = r.whole(pool["count"], f"{path}.count", minimum=0)
+        gpus = r.whole(pool["gpus_per_node"], f"{path}.gpus_per_node", minimum=1)
+        if instance_type is None or count is None or gpus is None:
+            continue
+        for _ in range(count):
+            counters[instance_type] = counters.get(instance_type, 0) + 1
+            add_node(f"{instance_type}-{counters[instance_type]:04d}", instance_type, gpus, path)
+    for i, node_raw in enumerate(r.sequence(cluster.get("nodes", []), "cluster.nodes") or []):
+        path = f"cluster.nodes[{i}]"
+        node = r.mapping(
+            node_raw, path, ("name", "instance_type", "gpus"), required=("name", "instance_type", "gpus")
+        )
+        if node is None or len(node) < 3:
+            continue
+        name = r.text(node["name"], f"{path}.name")
+        instance_type = r.text(node["instance_type"], f"{path}.instance_type")
+        gpus = r.whole(node["gpus"], f"{path}.gpus", minimum=1)
+        if name is not None and instance_type is not None and gpus is not None:
+            add_node(name, instance_type, gpus, path)
+    types = tuple(InstanceType(name, per_node) for name, per_node in gpus_per_node.items())
+    return types, tuple(nodes)
+
+
+# --------------------------------------------------------------------------------------------
+# Policy
+
+POLICY_KEYS = ("idle_allocation", "task_ranking", "share_unallocated", "queueing", "priority_classes")
+
+
+def read_policy(r: Reader, raw: object, path: str, base: ClusterPolicy) -> ClusterPolicy:
+    """The policy ``base`` with the keys given in ``raw`` replaced (every key is optional)."""
+    policy = r.mapping(raw, path, POLICY_KEYS)
+    if policy is None:
+        return base
+    changes: dict[str, Any] = {}
+    if "idle_allocation" in policy:
+        changes["idle_allocation"] = r.choice(
+            policy["idle_allocation"], f"{path}.idle_allocation", IdleAllocation
+        )
+    if "task_ranking" in policy:
+        changes["task_ranking"] = r.choice(policy["task_ranking"], f"{path}.task_ranking", TaskRanking)
+    if "share_unallocated" in policy:
+        changes["share_unallocated"] = r.boolean(policy["share_unallocated"], f"{path}.share_unallocated")
+    if "queueing" in policy:
+        changes["queueing"] = r.choice(policy["queueing"], f"{path}.queueing", Queueing)
+    if "priority_classes" in policy:
+        classes: list[PriorityClass] = []
+        items = r.sequence(policy["priority_classes"], f"{path}.priority_classes") or []
+        if len(items) > 32:
+            r.error(f"{path}.priority_classes", f"at most 32 classes, got {len(items)}")
+        for i, item_raw in enumerate(items):
+            item_path = f"{path}.priority_classes[{i}]"
+            item = r.mapping(item_raw, item_path, ("name", "weight"), required=("name", "weight"))
+            if item is None or len(item) < 2:
+                continue
+            name = r.text(item["name"], f"{item_path}.name")
+            weight = r.whole(item["weight"], f"{item_path}.weight", minimum=0, maximum=100)
+            if name is not None and any(c.name == name for c in classes):
+                r.error(f"{item_path}.name", f"duplicate priority class {show(name)}")
+            elif name is not None and weight is not None:
+                classes.append(PriorityClass(name, weight))
+        changes["priority_classes"] = tuple(classes)
+    return replace(base, **{k: v for k, v in changes.items() if v is not None})
+
+
+# --------------------------------------------------------------------------------------------
+# Teams
+
+TEAM_KEYS = (
+    "name",
+    "active",
+    "quota",
+    "sharing",
+    "borrow_limit_percent",
+    "borrow_limit",
+    "lend_limit",
+    "fair_share_weight",
+    "preempt_team_tasks",
+    "reclaim",
+    "preempt_while_borrowing",
+)
+
+
+def _per_type(r: Reader, raw: object, path: str, types: Mapping[str, InstanceType]) -> dict[str, object]:
+    """A mapping of instance type -> value, every type known to the cluster."""
+    if not isinstance(raw, Mapping):
+        r.bad(path, "must be a mapping of instance type to GPUs", raw)
+        return {}
+    out: dict[str, object] = {}
+    for key, value in raw.items():
+        if key not in types:
+            known = ", ".join(types) or "none"
+            r.error(key_path(path, key), f"unknown instance type {show(key)} (the cluster has: {known})")
+            continue
+        out[key] = value
+    return out
+
+
+def read_team(
+    r: Reader,
+    raw: object,
+    path: str,
+    types: Mapping[str, InstanceType],
+    policy: ClusterPolicy,
+    base: Team | None,
+) -> Team | None:
+    """A team from ``raw``; with ``base`` (update_team) only the keys given change."""
+    team = r.mapping(raw, path, TEAM_KEYS, required=("name",))
+    if team is None or "name" not in team:
+        return None
+    name = r.text(team["name"], f"{path}.name")
+    if name is None:
+        return None
+    if base is None and (len(name) > 40 or not TEAM_NAME.match(name)):
+        r.bad(f"{path}.name", "must be a DNS label (a-z, 0-9 and '-', at most 40 characters)", name)
+    current = base or Team(name=name)
+    errors_before = len(r.errors)
+    quotas = {t: current.quotas.get(t, Quota()) for t in types}
+    changes: dict[str, Any] = {}
+
+    if "active" in team:
+        changes["active"] = r.boolean(team["active"], f"{path}.active")
+    if "sharing" in team:
+        changes["sharing"] = r.choice(team["sharing"], f"{path}.sharing", Sharing)
+    if "fair_share_weight" in team:
+        changes["fair_share_weight"] = r.whole(team["fair_share_weight"], f"{path}.fair_share_weight", 0, 100)
+    if "preempt_team_tasks" in team:
+        changes["preempt_team_tasks"] = r.choice(
+            team["preempt_team_tasks"], f"{path}.preempt_team_tasks", PreemptTeamTasks
+        )
+    if "reclaim" in team:
+        changes["reclaim"] = r.choice(team["reclaim"], f"{path}.reclaim", Reclaim)
+    if "quota" in team:
+        for t, value in _per_type(r, team["quota"], f"{path}.quota", types).items():
+            gpus = r.whole(value, f"{path}.quota.{t}", minimum=0)
+            if gpus is not None:
+                quotas[t] = replace(quotas[t], quota=gpus)
+    if "borrow_limit_percent" in team:
+        pct = r.whole(team["borrow_limit_percent"], f"{path}.borrow_limit_percent", 0, 10000)
+        if pct is not None:
+            quotas = {t: replace(q, borrow_limit_percent=pct) for t, q in quotas.items()}
+    if "borrow_limit" in team:
+        raw_limit = team["borrow_limit"]
+        if raw_limit == "unlimited":
+            quotas = {t: replace(q, borrow_limit=None, borrow_unlimited=True) for t, q in quotas.items()}
+        elif isinstance(raw_limit, Mapping):
+            for t, value in _per_type(r, raw_limit, f"{path}.borrow_limit", types).items():
+                if value == "unlimited":
+                    quotas[t] = replace(quotas[t], borrow_limit=None, borrow_unlimited=True)
+                    continue
+                gpus = r.whole(value, f"{path}.borrow_limit.{t}", minimum=0)
+                if gpus is not None:
+                    quotas[t] = replace(quotas[t], borrow_limit=gpus, borrow_unlimited=False)
+        else:
+            r.bad(
+                f"{path}.borrow_limit", "must be 'unlimited' or a mapping of instance type to GPUs", raw_limit
+            )
+    if "lend_limit" in team:
+        for t, value in _per_type(r, team["lend_limit"], f"{path}.lend_limit", types).items():
+            if value is None:
+                quotas[t] = replace(quotas[t], lend_limit=None)
+                continue
+            gpus = r.whole(value, f"{path}.lend_limit.{t}", minimum=0)
+            if gpus is not None:
+                quotas[t] = replace(quotas[t], lend_limit=gpus)
+    if "preempt_while_borrowing" in team:
+        pwb_path = f"{path}.preempt_while_borrowing"
+        pwb = team["preempt_while_borrowing"]
+        if isinstance(pwb, str):
+            changes["preempt_while_borrowing"] = r.choice(pwb, pwb_path, PreemptWhileBorrowing)
+            changes["preempt_while_borrowing_max_priority"] = None
+        else:
+            spec = r.mapping(pwb, pwb_path, ("policy", "max_priority"), required=("policy",))
+            if spec is not None and "policy" in spec:
+                changes["preempt_while_borrowing"] = r.choice(
+                    spec["policy"], f"{pwb_path}.policy", PreemptWhileBorrowing
+                )
+                max_priority = spec.get("max_priority")
+                if isinstance(max_priority, str):
+                    weights = {c.name: c.weight for c in policy.priority_classes}
+                    if max_priority not in weights:
+                        r.bad(
+                            f"{pwb_path}.max_priority",
+                            "must be a weight 0..100 or a priority class",
+                            max_priority,
+                        )
+                    max_priority = weights.get(max_priority)
+                elif max_priority is not None:
+                    max_priority = r.whole(max_priority, f"{pwb_path}.max_priority", 0, 100)
+                changes["preempt_while_borrowing_max_priority"] = max_priority
+
+    if len(r.errors) > errors_before:
+        r.refused_teams.add(name)
+        return None
+    for t, q in quotas.items():
+        if q.lend_limit is not None and q.lend_limit > q.quota:
+            r.error(f"{path}.lend_limit.{t}", f"must be at most the quota ({q.quota}), got {q.lend_limit}")
+    result = replace(current, name=name, quotas=quotas, **changes)
+    if (
+        result.reclaim is Reclaim.NEVER
+        and result.preempt_while_borrowing is PreemptWhileBorrowing.LOWER_PRIORITY
+    ):
+        r.error(
+            f"{path}.preempt_while_borrowing",
+            "'lower-priority' is refused together with reclaim: never (POLICY.md section 1)",
+        )
+    return result
