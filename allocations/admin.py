@@ -13,7 +13,9 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils import timezone
 
+from allocations import policy_fields
 from allocations.forms import policy as forms
 from allocations.models import (
     ApiToken,
@@ -29,7 +31,9 @@ from allocations.models import (
     Team,
     TeamQuota,
 )
+from allocations.services import memberships
 from allocations.services import policy as services
+from allocations.services import tokens as token_services
 
 
 class ServiceAdmin(admin.ModelAdmin):
@@ -120,7 +124,7 @@ class PriorityClassAdmin(ServiceAdmin):
 
 class TeamQuotaInline(admin.TabularInline):
     model = TeamQuota
-    fields = ["instance_type", *services.QUOTA_FIELDS]
+    fields = ["instance_type", *policy_fields.QUOTA_FIELDS]
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -144,7 +148,7 @@ class TeamAdmin(ServiceAdmin):
 @admin.register(Membership)
 class MembershipAdmin(ServiceAdmin):
     form = forms.MembershipRoleForm
-    update = staticmethod(services.membership_update)
+    update = staticmethod(memberships.membership_update)
     instance_kwarg = "membership"
     list_display = ["user", "team", "role", "weekly_report"]
     list_filter = ["role", "team"]
@@ -210,15 +214,29 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
     """API tokens: listed by their key's first characters (the key itself is not stored) and
-    deleted to revoke them; they are made through ``POST /api/v1/auth/token/``, never here."""
+    deleted to revoke them (one, or a selection: search a username and select all to revoke
+    every token of that user), through the token services. They are made through
+    ``POST /api/v1/auth/token/``, never here."""
 
-    list_display = ["prefix", "user", "created_at", "last_used_at"]
+    list_display = ["prefix", "user", "created_at", "expires_at", "last_used_at", "state"]
     list_select_related = ["user"]
     search_fields = ["user__username", "prefix"]
-    readonly_fields = ["user", "prefix", "created_at", "last_used_at"]
+    readonly_fields = ["user", "prefix", "created_at", "expires_at", "last_used_at", "state"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    @admin.display(description="state")
+    def state(self, token: ApiToken) -> str:
+        """Accepted, or why not (an expired or revoked token stays listed until its owner makes
+        a new one or it is deleted here)."""
+        return token_services.token_state(token, timezone.now())
+
+    def delete_model(self, request: HttpRequest, obj: ApiToken) -> None:
+        token_services.api_token_revoke(token=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        token_services.api_tokens_revoke(tokens=queryset)

@@ -294,6 +294,9 @@ class Job(models.Model):
     preemption_count = models.PositiveIntegerField(default=0)
     last_preempted_at = models.DateTimeField(null=True, blank=True)
     external_id = models.CharField(max_length=100, blank=True, help_text="The backend's id of the job")
+    # The key a resubmit carried (the API's Idempotency-Key header, the form's one-time token),
+    # empty without one: the same key from the same submitter gives back this job.
+    idempotency_key = models.CharField(max_length=255, blank=True, default="", editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -302,10 +305,19 @@ class Job(models.Model):
             models.Index(fields=["state", "team"], name="job_state_team"),
             models.Index(fields=["team", "state", "submitted_at"], name="job_team_state_submitted"),
             models.Index(fields=["submitted_at"], name="job_submitted_at"),
+            # The running and pending jobs in id order, as every allocation cycle reads them:
+            # a few hundred entries however many jobs have ended.
+            models.Index(fields=["id"], condition=Q(state__in=choices.ACTIVE_JOB_STATES), name="job_live"),
         ]
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gte=1), name="job_gpus_positive"),
             models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid"),
+            # Concurrent requests with one key: one insert wins, the others read its job.
+            models.UniqueConstraint(
+                fields=["submitter", "idempotency_key"],
+                condition=~Q(idempotency_key=""),
+                name="job_idempotency_key_once_per_submitter",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -453,7 +465,8 @@ class TeamUsageMinute(models.Model):
 
     minute = models.DateTimeField()
     # No index of its own: (team, minute) serves lookups by team, and PostgreSQL would pick a
-    # team-only index and filter the minutes of every day kept (measured: 5x slower).
+    # team-only index and filter the minutes of every day kept (several times slower:
+    # docs/dashboards.md, Performance).
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+", db_index=False)
     instance_type = models.ForeignKey(InstanceType, on_delete=models.CASCADE, related_name="+")
     quota = models.PositiveIntegerField(default=0)
@@ -583,7 +596,7 @@ class CapacityRollup(models.Model):
 
 
 # --- Reports: weekly utilization emails (issue 7) ------------------------------------------------
-# Written only by services/reports.py.
+# Written only by reports/services.py.
 
 
 class PendingReasonSample(models.Model):
@@ -745,19 +758,31 @@ class ApiToken(models.Model):
     The key itself is shown once, when the token is made (``POST /api/v1/auth/token/``); a
     copy of the database is therefore no list of working keys. ``prefix`` (the key's first
     characters) lets an administrator tell tokens apart in the admin without the key.
+    A token is refused from ``expires_at`` on, and once its owner's password changes
+    (``password_digest`` no longer matches); ``services/tokens.py`` makes and revokes them.
     """
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
     prefix = models.CharField(max_length=8, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(editable=False)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    password_digest = models.CharField(
+        max_length=64, editable=False, help_text="SHA-256 of the owner's stored password hash when made"
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(
                 condition=Q(key_hash__regex=r"^[0-9a-f]{64}$"), name="api_token_key_hash_hex"
+            ),
+            models.CheckConstraint(
+                condition=Q(password_digest__regex=r"^[0-9a-f]{64}$"), name="api_token_password_digest_hex"
+            ),
+            models.CheckConstraint(
+                condition=Q(expires_at__gt=F("created_at")), name="api_token_expires_after_creation"
             ),
         ]
 

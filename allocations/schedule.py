@@ -31,7 +31,7 @@ def beat_schedule(allocation_interval: int) -> dict[str, dict[str, Any]]:
             "schedule": 60.0,
             "options": {"expires": 60.0},
         },
-        # services/reports.py: pending reasons every PENDING_SAMPLE_MINUTES (5); the weekly
+        # reports/services.py: pending reasons every PENDING_SAMPLE_MINUTES (5); the weekly
         # reports are checked hourly and sent once a week (beat runs in UTC, the cluster not).
         "pending-reasons": {
             "task": "allocations.sample_pending_reasons",

@@ -95,22 +95,22 @@ def record_history() -> str:
 
 @shared_task(name="allocations.sample_pending_reasons", ignore_result=True)
 def sample_pending_reasons() -> int:
-    """Count pending jobs by reason for the weekly reports (services/reports.py). Idempotent:
+    """Count pending jobs by reason for the weekly reports (reports/services.py). Idempotent:
     a slot sampled twice is written once."""
     from django.utils import timezone
 
-    from allocations.services.reports import pending_reasons_sample
+    from allocations.reports.services import pending_reasons_sample
 
     return pending_reasons_sample(now=timezone.now())
 
 
 @shared_task(name="allocations.send_weekly_reports", ignore_result=True)
 def send_weekly_reports() -> str:
-    """Beat runs it hourly: sends last week's reports once they are due (services/reports.py).
+    """Beat runs it hourly: sends last week's reports once they are due (reports/services.py).
     Safe to run twice or at once: each report to each recipient is claimed before it is sent."""
     from django.utils import timezone
 
-    from allocations.services.reports import weekly_reports_tick
+    from allocations.reports.services import weekly_reports_tick
 
     result = weekly_reports_tick(now=timezone.now())
     return "not due" if result is None else str(result)

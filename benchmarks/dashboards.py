@@ -58,6 +58,7 @@ def setup_django(url: str) -> None:
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpugov_site.settings.base")
     os.environ["DJANGO_ALLOWED_HOSTS"] = "testserver,127.0.0.1,localhost"
+    os.environ["DJANGO_HTTPS"] = "false"  # the test client speaks plain HTTP
     import django
 
     django.setup()

@@ -313,6 +313,7 @@ def main() -> int:
         "GPUGOV_VAR_DIR": str(var_dir),
         "DJANGO_STATIC_ROOT": str(var_dir / "static"),
         "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "DJANGO_HTTPS": "false",  # gunicorn on 127.0.0.1 over plain HTTP, nothing in front
         "LOG_LEVEL": "WARNING",
         # 50 users sign in from one address; the lockout counts failures only, but keep it out
         # of the way of a mistyped benchmark password.

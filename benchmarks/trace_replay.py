@@ -1,7 +1,7 @@
 """Replay the Philly MIX1 trace under five governance policies and compare them.
 
     .venv/bin/python benchmarks/trace_replay.py [--trace ../shared/traces/philly-mix1.csv]
-        [--policies silos,fcfs,...] [--limit N]
+        [--policies silos,fcfs,...]
 
 The cluster: 352 nodes x 4 GPUs (1,408 GPUs), one instance type. Each of the 11 virtual
 clusters is a team whose quota is its node count in ``philly-vc-nodes.csv`` x 4 GPUs (the

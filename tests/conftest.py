@@ -6,6 +6,7 @@ service fails the test (CI must start it); elsewhere the test skips and says why
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,3 +116,20 @@ def page(browser: Any) -> Iterator[Any]:
     from django.db import connections
 
     connections.close_all()
+
+
+@pytest.fixture(autouse=True)
+def forget_throttled_requests() -> Iterator[None]:
+    """The request throttles count in the cache, which outlives a test (a file, or Redis, where
+    it outlives the run too): without this, earlier requests from the test client's address
+    (127.0.0.1) would count against this test, in whichever folder it is."""
+    from django.conf import settings
+    from django.core.cache import cache
+
+    keys = [f"throttle_{scope}_127.0.0.1" for scope in settings.GPUGOV_THROTTLE_RATES]
+    # A cache that is down (tests/chaos stops Redis on purpose) has no counts to forget.
+    with contextlib.suppress(Exception):
+        cache.delete_many(keys)
+    yield
+    with contextlib.suppress(Exception):
+        cache.delete_many(keys)

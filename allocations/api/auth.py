@@ -1,43 +1,30 @@
-"""API tokens stored hashed: make one (the key shown once), authenticate with it.
+"""API tokens stored hashed: authenticate with one, and show one without its key.
 
 DRF's ``authtoken`` keeps keys in plain text, so anyone who reads the database (a backup, a
 replica, a support dump) could act as every API user. Here the database holds SHA-256 digests
-only (``ApiToken.key_hash``); a key is 20 random bytes, so a plain, unsalted hash is enough
-(nothing to guess, unlike a password) and a lookup stays one indexed query.
+only (``ApiToken.key_hash``). Tokens are made and revoked by ``services/tokens.py``, which
+also says when one is no longer accepted (expired, or its owner's password changed).
 """
 
 from __future__ import annotations
 
-import hashlib
-import secrets
-from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from rest_framework import exceptions
+from rest_framework import exceptions, serializers
 from rest_framework.authentication import TokenAuthentication
 
 from allocations.models import ApiToken
+from allocations.services.tokens import api_token_create, api_token_touch, hash_key, token_refusal
 
-# last_used_at is written at most this often per token: a busy client must not turn every
-# GET into a write.
-LAST_USED_RESOLUTION = timedelta(minutes=5)
-
-
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def token_create(*, user: Any) -> tuple[ApiToken, str]:
-    """A new token for ``user``: the row (digest only) and the key, which is never stored."""
-    key = secrets.token_hex(20)
-    token = ApiToken.objects.create(user=user, key_hash=hash_key(key), prefix=key[:8])
-    return token, key
+# The name that the chaos and fuzz tests' set-up imports.
+token_create = api_token_create
 
 
 class HashedTokenAuthentication(TokenAuthentication):
-    """``Authorization: Token <key>``, looked up by the key's digest."""
+    """``Authorization: Token <key>``, looked up by the key's digest; an expired or revoked
+    token answers 401 saying which and why."""
 
     def authenticate_credentials(self, key: str) -> tuple[Any, ApiToken]:
         try:
@@ -47,9 +34,39 @@ class HashedTokenAuthentication(TokenAuthentication):
         if not token.user.is_active:
             raise exceptions.AuthenticationFailed("User inactive or deleted.")
         now = timezone.now()
-        if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        refusal = token_refusal(token, now)
+        if refusal is not None:
+            raise exceptions.AuthenticationFailed(refusal)
+        api_token_touch(token=token, now=now)
         return token.user, token
+
+
+class ApiTokenSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    """One of your tokens, without its key (which is never stored)."""
+
+    current = serializers.SerializerMethodField(help_text="The token this request authenticated with")
+
+    class Meta:
+        model = ApiToken
+        fields = ["id", "prefix", "created_at", "expires_at", "last_used_at", "current"]
+        read_only_fields = fields
+
+    def get_current(self, token: ApiToken) -> bool:
+        request = self.context.get("request")
+        return bool(request is not None and getattr(request, "auth", None) == token)
+
+
+class ApiTokenCreatedSerializer(ApiTokenSerializer):
+    """A new token: its key, shown this once, and when it expires."""
+
+    token = serializers.SerializerMethodField(help_text="The key: send it as 'Authorization: Token <key>'")
+
+    class Meta(ApiTokenSerializer.Meta):
+        fields = ["token", "id", "prefix", "created_at", "expires_at"]
+        read_only_fields = fields
+
+    def get_token(self, token: ApiToken) -> str:
+        return str(self.context["key"])
 
 
 class HashedTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]

@@ -14,7 +14,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from allocations import access
+from allocations import access, policy_fields
 from allocations.choices import JobState
 from allocations.models import (
     ClusterPolicy,
@@ -27,6 +27,7 @@ from allocations.models import (
     Team,
     TeamQuota,
 )
+from allocations.services import memberships
 from allocations.services.jobs import MAX_REQUESTED_DURATION
 
 
@@ -78,7 +79,7 @@ class ErrorsQuoteValues:
 class InstanceTypeSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
     class Meta:
         model = InstanceType
-        fields = ["name", "gpus_per_node", "price_per_gpu_hour", "description"]
+        fields = list(policy_fields.INSTANCE_TYPE_FIELDS)
 
 
 class NodeSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
@@ -90,7 +91,7 @@ class NodeSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
 
     class Meta:
         model = Node
-        fields = ["name", "instance_type", "gpus", "state", "state_since", "reason"]
+        fields = [*policy_fields.NODE_FIELDS, "state_since"]
         read_only_fields = ["state_since"]
         extra_kwargs = {
             "gpus": {"required": False, "help_text": "Default: the instance type's GPUs per node"}
@@ -100,13 +101,13 @@ class NodeSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
 class PriorityClassSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
     class Meta:
         model = PriorityClass
-        fields = ["name", "weight", "description"]
+        fields = list(policy_fields.PRIORITY_CLASS_FIELDS)
 
 
 class ClusterPolicySerializer(ErrorsQuoteValues, serializers.ModelSerializer):
     class Meta:
         model = ClusterPolicy
-        fields = ["idle_allocation", "task_ranking", "share_unallocated", "queueing", "updated_at"]
+        fields = [*policy_fields.CLUSTER_POLICY_FIELDS, "updated_at"]
         read_only_fields = ["updated_at"]
 
 
@@ -115,18 +116,7 @@ class TeamSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
 
     class Meta:
         model = Team
-        fields = [
-            "name",
-            "display_name",
-            "active",
-            "fair_share_weight",
-            "sharing",
-            "preempt_team_tasks",
-            "reclaim",
-            "preempt_while_borrowing",
-            "preempt_while_borrowing_max_priority",
-            "role",
-        ]
+        fields = [*policy_fields.TEAM_FIELDS, "role"]
 
     def get_role(self, team: Team) -> str:
         request = self.context.get("request")
@@ -150,16 +140,7 @@ class QuotaSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
 
     class Meta:
         model = TeamQuota
-        fields = [
-            "id",
-            "team",
-            "instance_type",
-            "quota",
-            "borrow_limit_kind",
-            "borrow_limit_percent",
-            "borrow_limit",
-            "lend_limit",
-        ]
+        fields = ["id", "team", "instance_type", *policy_fields.QUOTA_FIELDS]
         # team_quota_set is an upsert: the pair's uniqueness is not a client error here.
         validators: list[Any] = []
 
@@ -294,11 +275,13 @@ class MembershipSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
         queryset=Team.objects.all(),
         error_messages={"does_not_exist": "No team called {value} that you can see."},
     )
+    # Among the users the requester may add (``memberships.addable_users``, set below): a name
+    # they may not add is answered like a name nobody has.
     username = NameField(
         source="user",
         slug_field="username",
-        queryset=get_user_model().objects.filter(is_active=True),
-        error_messages={"does_not_exist": "No active user is called {value}."},
+        queryset=get_user_model().objects.none(),
+        error_messages={"does_not_exist": "No user called {value} can be added to this team."},
     )
 
     class Meta:
@@ -311,3 +294,4 @@ class MembershipSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
         request = self.context.get("request")
         if request is not None:
             self.fields["team"].queryset = access.visible_teams(request.user)
+            self.fields["username"].queryset = memberships.addable_users(request.user)

@@ -20,7 +20,8 @@ router.register("pending-reasons", views.PendingReasonViewSet, basename="pending
 router.register("usage", views.UsageViewSet, basename="usage")
 
 urlpatterns = [
-    path("v1/auth/token/", views.ObtainTokenView.as_view(), name="api-token"),
+    path("v1/auth/token/", views.TokenView.as_view(), name="api-token"),
+    path("v1/auth/token/<int:pk>/", views.TokenDetailView.as_view(), name="api-token-detail"),
     path("v1/policy/", views.ClusterPolicyView.as_view(), name="api-policy"),
     path("v1/", include(router.urls)),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -11,28 +11,36 @@ from __future__ import annotations
 from datetime import UTC
 from typing import Any
 
+import django.forms
 import django_filters
 import django_filters.fields
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import QuerySet
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view, inline_serializer
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
 from rest_framework import mixins, permissions, serializers, status, viewsets
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
-from rest_framework.generics import GenericAPIView
+from rest_framework.generics import GenericAPIView, get_object_or_404
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from allocations import access
+from allocations import access, policy_fields
 from allocations.choices import JobEventKind, JobState
 from allocations.engine import PendingCode
 from allocations.engine.accounting import account_snapshot
 from allocations.models import (
+    ApiToken,
     ClusterPolicy,
     InstanceType,
     Job,
@@ -46,10 +54,13 @@ from allocations.models import (
 from allocations.selectors.jobs import with_related
 from allocations.selectors.snapshot import build_snapshot
 from allocations.services import jobs as job_services
+from allocations.services import memberships
 from allocations.services import policy as policy_services
+from allocations.services.tokens import api_token_create, api_token_revoke, api_tokens_revoke, live_tokens
+from allocations.throttles import ApiTokenThrottle
 
 from . import serializers as s
-from .auth import HashedTokenAuthentication, token_create
+from .auth import ApiTokenCreatedSerializer, ApiTokenSerializer, HashedTokenAuthentication
 
 
 class CanReadCluster(permissions.BasePermission):
@@ -253,14 +264,14 @@ def _set_quota(*, actor: Any, row: TeamQuota | None = None, **fields: Any) -> Te
                 )
     result = policy_services.team_quota_set(actor=actor, team=team, instance_type=instance_type, **fields)
     if result is None:  # all defaults where none existed: nothing to store, show the defaults
-        result = TeamQuota(team=team, instance_type=instance_type, **policy_services.QUOTA_DEFAULTS)
+        result = TeamQuota(team=team, instance_type=instance_type, **policy_fields.QUOTA_DEFAULTS)
     return result
 
 
 def _delete_quota(*, actor: Any, row: TeamQuota) -> None:
     """Back to the defaults (quota 0): a missing row means exactly that."""
     policy_services.team_quota_set(
-        actor=actor, team=row.team, instance_type=row.instance_type, **policy_services.QUOTA_DEFAULTS
+        actor=actor, team=row.team, instance_type=row.instance_type, **policy_fields.QUOTA_DEFAULTS
     )
 
 
@@ -306,7 +317,21 @@ def _raise_400(exc: DjangoValidationError, renamed: dict[str, str] | None = None
 @extend_schema_view(
     create=extend_schema(request=s.JobSubmitSerializer, responses={201: s.JobSerializer}),
     cancel=extend_schema(request=None, responses=s.JobSerializer),
-    resubmit=extend_schema(request=None, responses={201: s.JobSerializer}),
+    resubmit=extend_schema(
+        request=None,
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description=(
+                    "1 to 255 printable ASCII characters. A repeat with the same key (same user) "
+                    "makes no second job: it answers 200 with the job the first request made."
+                ),
+            )
+        ],
+        responses={201: s.JobSerializer, 200: s.JobSerializer},
+    ),
     events=extend_schema(responses=s.JobEventSerializer(many=True)),
 )
 class JobViewSet(ApiView, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):  # type: ignore[type-arg]
@@ -353,16 +378,20 @@ class JobViewSet(ApiView, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
 
     @action(detail=True, methods=["post"])
     def resubmit(self, request: Request, pk: str | None = None) -> Response:
-        """Submit a new job copying this ended one."""
+        """Submit a new job copying this ended one: 201 with the new job. With an
+        ``Idempotency-Key`` header, a repeat of the request by the same user (a retry after a
+        timeout, a second click) answers 200 with the job the first one made."""
         job = self.get_object()
         if not (access.can_manage_job(request.user, job) and access.can_submit(request.user, job.team)):
             raise PermissionDenied("Only its submitter or a team admin may resubmit it.")
+        key = request.headers.get("Idempotency-Key")
         try:
-            new_job = job_services.job_resubmit(user=request.user, job=job)
+            new_job, created = job_services.job_resubmit(user=request.user, job=job, idempotency_key=key)
         except DjangoValidationError as exc:
-            _raise_400(exc)
+            _raise_400(exc, {"idempotency_key": "Idempotency-Key"})
         return Response(
-            s.JobSerializer(self.get_queryset().get(pk=new_job.pk)).data, status=status.HTTP_201_CREATED
+            s.JobSerializer(self.get_queryset().get(pk=new_job.pk)).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
         )
 
     @action(detail=True, methods=["get"], pagination_class=None, filterset_class=None)
@@ -373,7 +402,22 @@ class JobViewSet(ApiView, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
         return Response(s.JobEventSerializer(events, many=True).data)
 
 
+def _jobs_the_user_sees(request: Any) -> QuerySet[Job]:
+    """The ``job`` filter's choices: only visible jobs, so that another team's job id is refused
+    exactly like a missing one (no request, as when the schema is generated: none)."""
+    if request is None:
+        return Job.objects.none()
+    return access.visible_jobs(request.user)
+
+
 class JobEventFilter(django_filters.FilterSet):
+    # A number box, not a <select> of every job the user sees (DRF's browsable API draws it).
+    job = django_filters.ModelChoiceFilter(
+        queryset=_jobs_the_user_sees,
+        widget=django.forms.NumberInput,
+        error_messages={"invalid_choice": "No job you can see has the id %(value)s."},
+        help_text="Job id",
+    )
     team = django_filters.CharFilter(field_name="job__team__name")
     kind = django_filters.MultipleChoiceFilter(choices=JobEventKind.choices)
     after = UtcIsoDateTimeFilter(field_name="at", lookup_expr="gte")
@@ -443,7 +487,12 @@ class UsageViewSet(ApiView, viewsets.GenericViewSet):  # type: ignore[type-arg]
             and (team is None or row.team == team)
             and (instance_type is None or row.instance_type == instance_type)
         ]
-        if instance_type is not None and not InstanceType.objects.filter(name=instance_type).exists():
+        # Instance types are cluster facts: someone who may not read them is told that a real
+        # one is unknown, exactly like a made-up one.
+        readable_types = InstanceType.objects.all()
+        if not access.can_read_cluster(request.user):
+            readable_types = readable_types.none()
+        if instance_type is not None and not readable_types.filter(name=instance_type).exists():
             raise ValidationError({"instance_type": [f"No instance type is called {instance_type!r}."]})
         return Response(self.get_serializer(rows, many=True).data)
 
@@ -478,7 +527,7 @@ class MembershipViewSet(ApiView, viewsets.ModelViewSet):  # type: ignore[type-ar
         data = serializer.validated_data
         self._require_manager(data["team"])
         try:
-            membership = job_services.membership_add(
+            membership = memberships.membership_add(
                 actor=request.user, team=data["team"], user=data["user"], role=data.get("role", "member")
             )
         except DjangoValidationError as exc:
@@ -500,7 +549,7 @@ class MembershipViewSet(ApiView, viewsets.ModelViewSet):  # type: ignore[type-ar
                 )
         try:
             if "role" in serializer.validated_data:
-                membership = job_services.membership_set_role(
+                membership = memberships.membership_update(
                     actor=request.user, membership=membership, role=serializer.validated_data["role"]
                 )
         except DjangoValidationError as exc:
@@ -514,30 +563,101 @@ class MembershipViewSet(ApiView, viewsets.ModelViewSet):  # type: ignore[type-ar
         membership = self.get_object()
         self._require_manager(membership.team)
         try:
-            job_services.membership_remove(actor=request.user, membership=membership)
+            memberships.membership_remove(actor=request.user, membership=membership)
         except DjangoValidationError as exc:
             _raise_400(exc)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class ObtainTokenView(APIView):
-    """``POST /api/v1/auth/token/`` with a username and password: a new token, its key shown
-    this once. Each call makes another token (the old ones stay valid until an administrator
-    deletes them in the admin, *API tokens*). Failed attempts count towards django-axes'
-    lockout exactly like the login page's."""
-
-    authentication_classes: list[Any] = []
-    permission_classes: list[Any] = []
-    serializer_class = AuthTokenSerializer
-
-    @extend_schema(
-        request=AuthTokenSerializer,
-        responses={200: inline_serializer("TokenCreated", {"token": serializers.CharField()})},
+def _refused(description: str) -> OpenApiResponse:
+    return OpenApiResponse(
+        response=inline_serializer("Refusal", {"detail": serializers.CharField()}), description=description
     )
+
+
+@extend_schema_view(
+    post=extend_schema(
+        operation_id="v1_auth_token_create",
+        summary="Make a token from a username and password",
+        request=AuthTokenSerializer,
+        responses={
+            200: ApiTokenCreatedSerializer,
+            400: OpenApiResponse(description="Wrong credentials, or the user holds the most tokens allowed"),
+            429: _refused("Too many requests from this address, or too many failed sign-ins"),
+        },
+        auth=[],
+    ),
+    get=extend_schema(
+        operation_id="v1_auth_token_list",
+        summary="Your tokens, without their keys",
+        responses=ApiTokenSerializer(many=True),
+    ),
+    delete=extend_schema(
+        operation_id="v1_auth_token_revoke_all", summary="Revoke all your tokens", responses={204: None}
+    ),
+)
+class TokenView(APIView):
+    """``/api/v1/auth/token/``: ``POST`` a username and password for a new token, its key shown
+    this once; ``GET`` your tokens that are still accepted (never their keys); ``DELETE``
+    revokes all of them. A token lasts ``GPUGOV_API_TOKEN_LIFETIME_DAYS``, ends when its
+    owner's password changes, and a user holds at most ``GPUGOV_API_TOKEN_LIMIT``
+    (``services/tokens.py``).
+
+    ``POST`` carries no credentials but the password: it is throttled per client address
+    (``GPUGOV_THROTTLE_RATES["api-token"]``) and its failures count towards django-axes' lockout
+    exactly like the login page's. ``GET`` and ``DELETE`` authenticate like every API view.
+    """
+
+    serializer_class = ApiTokenSerializer
+    pagination_class = None
+
+    def _exchanges_a_password(self) -> bool:
+        # Django's View.setup() sets self.request before DRF asks for authenticators.
+        return getattr(getattr(self, "request", None), "method", None) == "POST"
+
+    def get_authenticators(self) -> list[Any]:
+        if self._exchanges_a_password():
+            return []
+        return [HashedTokenAuthentication(), SessionAuthentication()]
+
+    def get_permissions(self) -> list[Any]:
+        return [] if self._exchanges_a_password() else [permissions.IsAuthenticated()]
+
+    def get_throttles(self) -> list[Any]:
+        return [ApiTokenThrottle()] if self._exchanges_a_password() else []
+
     def post(self, request: Request) -> Response:
         # Django's own request, so that django-axes marks it when the username is locked out and
         # its middleware answers 429 (on DRF's wrapper the mark would be lost: a plain 400).
         serializer = AuthTokenSerializer(data=request.data, context={"request": request._request})
         serializer.is_valid(raise_exception=True)
-        _, key = token_create(user=serializer.validated_data["user"])
-        return Response({"token": key})
+        try:
+            token, key = api_token_create(user=serializer.validated_data["user"])
+        except DjangoValidationError as exc:
+            _raise_400(exc)
+        return Response(ApiTokenCreatedSerializer(token, context={"request": request, "key": key}).data)
+
+    def get(self, request: Request) -> Response:
+        tokens = live_tokens(request.user)
+        return Response(ApiTokenSerializer(tokens, many=True, context={"request": request}).data)
+
+    def delete(self, request: Request) -> Response:
+        api_tokens_revoke(tokens=ApiToken.objects.filter(user=request.user))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+@extend_schema_view(
+    delete=extend_schema(
+        operation_id="v1_auth_token_revoke", summary="Revoke one of your tokens", responses={204: None}
+    )
+)
+class TokenDetailView(ApiView, APIView):
+    """``DELETE /api/v1/auth/token/<id>/``: revoke one of your tokens (another user's token
+    answers 404 like a missing one; administrators revoke anyone's in the Django admin)."""
+
+    serializer_class = ApiTokenSerializer
+
+    def delete(self, request: Request, pk: int) -> Response:
+        token = get_object_or_404(ApiToken.objects.filter(user=request.user), pk=pk)
+        api_token_revoke(token=token)
+        return Response(status=status.HTTP_204_NO_CONTENT)

@@ -13,6 +13,12 @@ database says so" is repaired the same way.
   requested hour lasts a minute), or ``default_duration_s`` when it asked for none.
 * ``available: false`` takes the simulated cluster offline: every call raises
   :class:`TransientBackendError`, which is how the console's degraded mode is demonstrated.
+* An ended job is listed for ``LISTED_S`` after the cluster recorded its end (as Slurm lists
+  one for ``MinJobAge``), then only remembered until ``retention_s``: a repeated ``start``
+  still finds it. The cluster moves only when it is called, so a job can end (``finished_at``)
+  long before the call that records it: an ended row's ``ends_at`` is that call's moment, and
+  listing counts from it, so that the loop learns of every end however long it was away. A
+  cycle then reads the live rows and the few just ended, never the day of ended ones.
 
 Unlike the other backends this one needs Django (its state is in the database); the ORM is
 imported inside the methods so that importing ``allocations.backends`` stays Django-free.
@@ -51,6 +57,11 @@ SETTINGS: dict[str, tuple[type, Any, float | None]] = {
 }
 # available: false takes the cluster offline; demo_workload is read by services/demo.py.
 OTHER_SETTINGS = {"available", "demo_workload"}
+LIVE_STATES = ("pending", "running")
+ENDED_STATES = ("finished", "failed", "cancelled")
+# Slurm's default MinJobAge: many cycles' worth, so a cycle that fails after reading the list
+# still leaves the next ones time to learn of the ends it held.
+LISTED_S = 300.0
 
 
 def _now() -> datetime:
@@ -121,14 +132,15 @@ class SimulatedBackend(ClusterBackend):
         from allocations.models import Node, SimulatedJob
 
         self._used = None
+        # finished_at is when its time was up; ends_at becomes now, when the cluster saw it.
         SimulatedJob.objects.filter(state="running", ends_at__lte=now).update(
-            state="finished", finished_at=F("ends_at"), exit_code=0
+            state="finished", finished_at=F("ends_at"), ends_at=now, exit_code=0
         )
         if self.node_failure_rate > 0:
             self._fail_and_repair_nodes(now, Node, SimulatedJob)
+        # A range of the (state, ends_at) index: only the rows that are deleted are read.
         SimulatedJob.objects.filter(
-            state__in=("finished", "failed", "cancelled"),
-            finished_at__lt=now - timedelta(seconds=self.retention_s),
+            state__in=ENDED_STATES, ends_at__lt=now - timedelta(seconds=self.retention_s)
         ).delete()
 
     def _fail_and_repair_nodes(self, now: datetime, node_model: Any, job_model: Any) -> None:
@@ -140,11 +152,11 @@ class SimulatedBackend(ClusterBackend):
             if random.Random(f"{self.seed}:{node.name}:{minute}").random() < probability:
                 node.state, node.state_since, node.reason = "down", now, f"{FAILURE_REASON} at {now:%H:%M:%S}"
                 node.save(update_fields=["state", "state_since", "reason"])
-                for job in job_model.objects.filter(state="running"):
+                for job in job_model.objects.filter(state="running").order_by():
                     if any(name == node.name for name, _ in job.nodes):
-                        job.state, job.finished_at, job.exit_code = "failed", now, 137
+                        job.state, job.finished_at, job.ends_at, job.exit_code = "failed", now, now, 137
                         job.reason = f"node {node.name} failed"
-                        job.save(update_fields=["state", "finished_at", "exit_code", "reason"])
+                        job.save(update_fields=["state", "finished_at", "ends_at", "exit_code", "reason"])
         node_model.objects.filter(
             state="down",
             reason__startswith=FAILURE_REASON,
@@ -166,23 +178,45 @@ class SimulatedBackend(ClusterBackend):
         ]
 
     def list_jobs(self) -> list[BackendJob]:
+        """The running and held jobs, and those whose end was recorded in the last ``LISTED_S``."""
+        from django.db.models import Q
+
         from allocations.models import SimulatedJob
 
         self._reachable()
-        self._advance(_now())
+        now = _now()
+        self._advance(now)
+        listed = SimulatedJob.objects.filter(
+            Q(state__in=LIVE_STATES)
+            | Q(state__in=ENDED_STATES, ends_at__gte=now - timedelta(seconds=min(LISTED_S, self.retention_s)))
+        )
         return [
             BackendJob(
-                job_id=row.job_id,
-                external_id=row.external_id,
-                state=BackendJobState(row.state),
-                nodes=tuple((str(name), int(gpus)) for name, gpus in row.nodes),
-                started_at=row.started_at.timestamp() if row.started_at else None,
-                finished_at=row.finished_at.timestamp() if row.finished_at else None,
-                exit_code=row.exit_code,
-                reason=row.reason,
-                held=row.state == "pending",  # a preempted job starts again only when told
+                job_id=job_id,
+                external_id=external_id,
+                state=BackendJobState(state),
+                nodes=tuple((str(name), int(gpus)) for name, gpus in nodes),
+                started_at=started_at.timestamp() if started_at else None,
+                finished_at=finished_at.timestamp() if finished_at else None,
+                exit_code=exit_code,
+                reason=reason,
+                held=state == "pending",  # a preempted job starts again only when told
             )
-            for row in SimulatedJob.objects.order_by("id")
+            for _, job_id, external_id, state, nodes, started_at, finished_at, exit_code, reason in sorted(
+                # Sorted here: an ORDER BY id would tempt SQLite into walking the whole table.
+                listed.order_by().values_list(
+                    "id",
+                    "job_id",
+                    "external_id",
+                    "state",
+                    "nodes",
+                    "started_at",
+                    "finished_at",
+                    "exit_code",
+                    "reason",
+                ),
+                key=lambda row: row[0],
+            )
         ]
 
     def start(self, job: JobSpec, nodes: tuple[tuple[str, int], ...]) -> str:
@@ -240,7 +274,9 @@ class SimulatedBackend(ClusterBackend):
         if self._used is None:
             self._placed = {
                 job_id: [(str(name), int(gpus)) for name, gpus in nodes]
-                for job_id, nodes in job_model.objects.filter(state="running").values_list("job_id", "nodes")
+                for job_id, nodes in job_model.objects.filter(state="running")
+                .order_by()
+                .values_list("job_id", "nodes")
             }
             self._used = defaultdict(int)
             for placement in self._placed.values():
@@ -311,8 +347,9 @@ class SimulatedBackend(ClusterBackend):
         from allocations.models import SimulatedJob
 
         self._reachable()
-        SimulatedJob.objects.filter(job_id=job_id, state__in=("running", "pending")).update(
-            state="cancelled", nodes=[], finished_at=_now(), reason="cancelled"
+        now = _now()
+        SimulatedJob.objects.filter(job_id=job_id, state__in=LIVE_STATES).update(
+            state="cancelled", nodes=[], finished_at=now, ends_at=now, reason="cancelled"
         )
         self._place(job_id, None)
 

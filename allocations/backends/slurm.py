@@ -699,9 +699,10 @@ class SlurmBackend(ClusterBackend):
         if leaked is None:
             leaked = leaked_gpus(raw, {})
         if leaked and state is NodeState.READY and not _number(raw.get("alloc_cpus")):
-            # Seen after slurmctld restarted while jobs were requeued (Slurm 22.05): the GPUs stay
-            # counted as used with no job on the node, and Slurm refuses every job there, so a
-            # job placed on it would wait forever. Down until an administrator clears it.
+            # Slurm 22.05 can leave a node so when slurmctld restarts while jobs are requeued
+            # (docs/chaos.md, fault 4): the GPUs stay counted as used with no job on the node,
+            # and Slurm refuses every job there, so a job placed on it would wait forever. Down
+            # until an administrator clears it.
             return BackendNode(
                 name,
                 instance_type,

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib.auth import get_user_model
 
 from allocations.choices import Role
 from allocations.models import InstanceType, PriorityClass
+from allocations.services import memberships
 from allocations.services.jobs import MAX_REQUESTED_DURATION, default_priority_class
 
 
@@ -52,14 +52,23 @@ class JobSubmitForm(forms.Form):
 
 
 class MembershipAddForm(forms.Form):
-    username = forms.CharField(max_length=150)
+    """A user, by name, among those ``actor`` may add (``memberships.addable_users``): a name
+    they may not add is answered like a name nobody has."""
+
+    username = forms.CharField(
+        max_length=150, help_text="Their user name. Cluster administrators add staff accounts."
+    )
     role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+    def __init__(self, *args: Any, actor: Any, **kwargs: Any) -> None:
+        self.actor = actor
+        super().__init__(*args, **kwargs)
 
     def clean_username(self) -> Any:
         username = self.cleaned_data["username"]
-        user = get_user_model().objects.filter(username=username, is_active=True).first()
+        user = memberships.addable_users(self.actor).filter(username=username).first()
         if user is None:
-            raise forms.ValidationError(f"No active user is called {username!r}.")
+            raise forms.ValidationError(memberships.not_addable_message(username))
         return user
 
 

@@ -12,8 +12,9 @@ from typing import Any, ClassVar
 from django import forms
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
+from django.forms.formsets import INITIAL_FORM_COUNT, TOTAL_FORM_COUNT
 
-from allocations import choices
+from allocations import bounded_json, choices, policy_fields
 from allocations.choices import JobState
 from allocations.models import (
     Cluster,
@@ -25,6 +26,7 @@ from allocations.models import (
     Team,
     TeamQuota,
 )
+from allocations.services import memberships
 from allocations.services import policy as rules
 
 
@@ -36,6 +38,12 @@ def apply_errors(form: forms.BaseForm, exc: ValidationError) -> None:
         return
     for field, errors in exc.error_dict.items():
         form.add_error(field if field in form.fields else None, errors)
+
+
+def shown_value(value: Any, limit: int = 40) -> str:
+    """``value`` for a message: its repr, cut short (a pasted 5,000-digit number, say)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value))} characters)"
 
 
 class WholeNumberField(forms.IntegerField):
@@ -60,7 +68,7 @@ class WholeNumberField(forms.IntegerField):
         except ValidationError as exc:
             unit = f" of {self.unit}" if self.unit else ""
             raise ValidationError(
-                f"{self.label} must be a whole number{unit}; got {value!r}.", code="invalid"
+                f"{self.label} must be a whole number{unit}; got {shown_value(value)}.", code="invalid"
             ) from exc
 
 
@@ -94,8 +102,8 @@ class PolicyForm(forms.ModelForm):
         It repeats the service's rules, which say which field and value are wrong; while any
         field has an error the rules have not run, and a database constraint would be reported
         in its own words ("Constraint team_max_priority_0_100 is violated.", naming no field),
-        so the rules get their turn first (found by tests/fuzz/test_forms.py). A form with
-        errors is never saved, so its instance need not be built."""
+        so the rules get their turn first (tests/fuzz/test_form_regressions.py keeps the case).
+        A form with errors is never saved, so its instance need not be built."""
         if not self.errors:
             super()._post_clean()
 
@@ -180,7 +188,7 @@ class TeamForm(PolicyForm):
 
     class Meta:
         model = Team
-        fields = list(rules.TEAM_FIELDS)
+        fields = list(policy_fields.TEAM_FIELDS)
         labels = {"name": "Name (a DNS label)", "preempt_while_borrowing": "Preempt while borrowing"}
         help_texts = {
             "name": "Lowercase letters, digits and '-', at most 40 characters",
@@ -206,11 +214,11 @@ class TeamQuotaForm(PolicyForm):
 
     class Meta:
         model = TeamQuota
-        fields = ["instance_type", *rules.QUOTA_FIELDS]
+        fields = ["instance_type", *policy_fields.QUOTA_FIELDS]
 
     def quota_settings(self) -> dict[str, Any]:
         """The settings ``team_quota_set`` takes (an empty percent means the default 50)."""
-        values = {name: self.cleaned_data.get(name) for name in rules.QUOTA_FIELDS}
+        values = {name: self.cleaned_data.get(name) for name in policy_fields.QUOTA_FIELDS}
         if values["borrow_limit_percent"] is None:
             values["borrow_limit_percent"] = 50
         return values
@@ -225,8 +233,39 @@ class TeamQuotaForm(PolicyForm):
         return cleaned
 
 
-class BaseTeamQuotaFormSet(forms.BaseFormSet):
+class ServedRowsFormSet(forms.BaseFormSet):
+    """A formset whose rows are exactly the ones the page served (its ``initial``), each one
+    required.
+
+    Django takes the number of rows, and how many of them are initial, from the management
+    form the client posts. Told ``INITIAL_FORMS=0`` (or -1) it makes every row an optional
+    extra: an unchanged row validates with empty ``cleaned_data`` (a KeyError in the view)
+    and a row left out is dropped, which would delete a what-if draft's other quotas. So the
+    served rows are the rows, and posted counts that disagree are an error naming both."""
+
+    def total_form_count(self) -> int:
+        return len(self.initial or ())
+
+    def initial_form_count(self) -> int:
+        return len(self.initial or ())
+
     def clean(self) -> None:
+        if not self.management_form.is_valid():
+            return  # Django's own error names the missing or malformed count
+        rows = len(self.initial or ())
+        for name in (TOTAL_FORM_COUNT, INITIAL_FORM_COUNT):
+            key = self.add_prefix(name)
+            if self.management_form.cleaned_data[name] != rows:
+                posted = self.data.get(key)
+                raise ValidationError(
+                    f"{key} must be {rows}, the number of rows of this form; got {shown_value(posted)}. "
+                    "Reload the page and make the changes again."
+                )
+
+
+class BaseTeamQuotaFormSet(ServedRowsFormSet):
+    def clean(self) -> None:
+        super().clean()
         seen: set[int] = set()
         for form in self.forms:
             instance_type = form.cleaned_data.get("instance_type") if hasattr(form, "cleaned_data") else None
@@ -251,9 +290,9 @@ def quota_formset_initial(team: Team | None) -> list[dict[str, Any]]:
     for instance_type in InstanceType.objects.all():
         quota = current.get(instance_type.pk)
         values = (
-            {name: getattr(quota, name) for name in rules.QUOTA_FIELDS}
+            {name: getattr(quota, name) for name in policy_fields.QUOTA_FIELDS}
             if quota is not None
-            else dict(rules.QUOTA_DEFAULTS)
+            else dict(policy_fields.QUOTA_DEFAULTS)
         )
         rows.append({"instance_type": instance_type, **values})
     return rows
@@ -270,7 +309,7 @@ class ClusterForm(PolicyForm):
 
     class Meta:
         model = Cluster
-        fields = list(rules.CLUSTER_FIELDS)
+        fields = list(policy_fields.CLUSTER_FIELDS)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -280,11 +319,13 @@ class ClusterForm(PolicyForm):
     def clean_backend_settings(self) -> dict[str, Any]:
         text = self.cleaned_data.get("backend_settings") or "{}"
         try:
-            value = json.loads(text)
+            value = bounded_json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValidationError(
                 f"Backend settings must be valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}."
             ) from exc
+        except ValueError as exc:  # nested too deeply, a number too long, NaN or Infinity
+            raise ValidationError(f"Backend settings must be valid JSON: {exc}.") from exc
         if not isinstance(value, dict):
             raise ValidationError(f"Backend settings must be a JSON object ({{...}}); got {text.strip()!r}.")
         return value
@@ -295,7 +336,7 @@ class ClusterPolicyForm(PolicyForm):
 
     class Meta:
         model = ClusterPolicy
-        fields = list(rules.CLUSTER_POLICY_FIELDS)
+        fields = list(policy_fields.CLUSTER_POLICY_FIELDS)
 
 
 class MembershipForm(PolicyForm):
@@ -323,7 +364,7 @@ class MembershipForm(PolicyForm):
         cleaned = forms.ModelForm.clean(self)
         if not self.errors:
             try:
-                rules.validate_membership(
+                memberships.validate_membership(
                     {
                         "role": cleaned["role"],
                         "weekly_report": cleaned["weekly_report"],
@@ -337,11 +378,11 @@ class MembershipForm(PolicyForm):
 
 
 class MembershipRoleForm(PolicyForm):
-    rule = staticmethod(rules.validate_membership)  # type: ignore[assignment]
+    rule = staticmethod(memberships.validate_membership)  # type: ignore[assignment]
 
     class Meta:
         model = Membership
-        fields = list(rules.MEMBERSHIP_FIELDS)
+        fields = list(memberships.MEMBERSHIP_FIELDS)
 
 
 # --- Filters of the console's lists (GET forms) -------------------------------------------------

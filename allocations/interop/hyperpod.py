@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocations import choices
+from allocations import bounded_json, choices
 from allocations.choices import BorrowLimitKind
 from allocations.models import Team, TeamQuota
 
@@ -388,13 +389,29 @@ def _load_json(text: str | bytes) -> Any:
     if not text.strip():
         raise ImportRefused([Problem("", "is empty: paste or upload the exported JSON")])
     try:
-        return json.loads(text)
+        document = bounded_json.loads(text, long_numbers=True)
     except json.JSONDecodeError as exc:
         raise ImportRefused(
             [Problem("", f"is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}")]
         ) from exc
-    except RecursionError as exc:
-        raise ImportRefused([Problem("", "is nested too deeply")]) from exc
+    except ValueError as exc:  # nested too deeply, or NaN / Infinity
+        raise ImportRefused([Problem("", f"is not valid JSON: {exc}")]) from exc
+    long_numbers = list(_long_numbers(document, ""))
+    if long_numbers:
+        raise ImportRefused(long_numbers)
+    return document
+
+
+def _long_numbers(value: Any, path: str) -> Iterator[Problem]:
+    """Each integer too long for Python, with its path: int() would raise on it later."""
+    if isinstance(value, bounded_json.LongNumber):
+        yield Problem(path, value.describe())
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _long_numbers(item, join_path(path, key))
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _long_numbers(item, f"{path}[{i}]")
 
 
 def _split(document: Any) -> tuple[tuple[str, Any] | None, list[tuple[str, Any]]]:

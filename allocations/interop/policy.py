@@ -1,5 +1,6 @@
-"""The governance policy as the importers and exporters see it: read once from the database,
-compared with an imported policy field by field, and the difference applied in one transaction.
+"""The governance policy as the importers and exporters see it: read once from the database and
+compared with an imported policy field by field (``services.policy_import_apply`` applies the
+difference in one transaction).
 
 An import says only what its format can express: fields it does not mention keep their values
 (a team's ``reclaim`` is not touched by a HyperPod import), and a list it does not carry
@@ -14,28 +15,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.core.exceptions import ValidationError
-from django.db import transaction
 from django.db.models import Prefetch, Q, Sum
 
 from allocations.choices import NodeState
 from allocations.models import Cluster, ClusterPolicy, InstanceType, Node, PriorityClass, Team, TeamQuota
+from allocations.policy_fields import QUOTA_DEFAULTS, QUOTA_FIELDS, TEAM_SETTINGS
 from allocations.services import audit
-from allocations.services import policy as policy_services
-
-# The fields an import may set, in the order the preview lists them.
-CLUSTER_POLICY_FIELDS = ("idle_allocation", "task_ranking", "share_unallocated", "queueing")
-TEAM_FIELDS = (
-    "display_name",
-    "active",
-    "fair_share_weight",
-    "sharing",
-    "preempt_team_tasks",
-    "reclaim",
-    "preempt_while_borrowing",
-    "preempt_while_borrowing_max_priority",
-)
-QUOTA_FIELDS = ("quota", "borrow_limit_kind", "borrow_limit_percent", "borrow_limit", "lend_limit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +150,7 @@ def diff(imported: ImportedPolicy, state: PolicyState | None = None) -> list[Cha
         if team is None:
             changes.extend(
                 Change("create", "team", settings.name, name, "", _text(settings.values[name]))
-                for name in TEAM_FIELDS
+                for name in TEAM_SETTINGS
                 if name in settings.values
             )
         else:
@@ -179,7 +164,7 @@ def diff(imported: ImportedPolicy, state: PolicyState | None = None) -> list[Cha
         for quota in settings.quotas:
             label = f"{settings.name} / {quota.instance_type}"
             existing = current_quotas.get(quota.instance_type)
-            values = _quota_values(quota, existing)
+            values = quota_values(quota, existing)
             for name in QUOTA_FIELDS:
                 if name not in values:
                     continue
@@ -198,7 +183,7 @@ def diff(imported: ImportedPolicy, state: PolicyState | None = None) -> list[Cha
                     )
         listed = {q.instance_type for q in settings.quotas}
         for type_name, existing in current_quotas.items():
-            if type_name not in listed and not _is_default(existing):
+            if type_name not in listed and not is_default(existing):
                 changes.append(
                     Change(
                         "delete",
@@ -212,7 +197,7 @@ def diff(imported: ImportedPolicy, state: PolicyState | None = None) -> list[Cha
     return changes
 
 
-def _quota_values(quota: QuotaSettings, existing: TeamQuota | None) -> dict[str, Any]:
+def quota_values(quota: QuotaSettings, existing: TeamQuota | None) -> dict[str, Any]:
     """The values an imported quota gives, plus a lend limit lowered to a lowered quota: the
     database refuses ``lend_limit > quota`` and the import cannot say what the limit should be,
     so it shrinks with the quota (the preview shows it)."""
@@ -238,144 +223,6 @@ def _astuple(change: Change) -> tuple[str, ...]:
     return (change.action, change.object_type, change.object_repr, change.field, change.old, change.new)
 
 
-def _is_default(quota: TeamQuota) -> bool:
+def is_default(quota: TeamQuota) -> bool:
     """A quota row that says no more than a missing one (quota 0, default limits)."""
-    return all(getattr(quota, name) == value for name, value in policy_services.QUOTA_DEFAULTS.items())
-
-
-# --- Apply ---------------------------------------------------------------------------------------
-class ApplyRefused(Exception):
-    """A service refused a change: the messages, each with the JSON path it came from."""
-
-    def __init__(self, messages: list[str]) -> None:
-        super().__init__("; ".join(messages))
-        self.messages = messages
-
-
-def apply(imported: ImportedPolicy, *, actor: Any) -> list[Change]:
-    """Apply an import in one transaction through the policy services (which check every rule,
-    write the audit trail and ask for an allocation cycle once committed). Any refusal rolls
-    everything back and raises ApplyRefused. Returns the changes made."""
-    try:
-        with transaction.atomic():
-            return _apply(imported, actor=actor)
-    except _Refusal as refusal:
-        raise ApplyRefused(_messages(refusal.error, refusal.path)) from refusal.error
-    except ValidationError as exc:
-        raise ApplyRefused(_messages(exc, "")) from exc
-
-
-class _Refusal(Exception):
-    """A service's ValidationError with the import's path of what was being applied."""
-
-    def __init__(self, path: str, error: ValidationError) -> None:
-        super().__init__(path)
-        self.path = path
-        self.error = error
-
-
-def _messages(exc: ValidationError, path: str) -> list[str]:
-    where = f"{path}: " if path else ""
-    if hasattr(exc, "message_dict"):
-        return [
-            f"{where}{field}: {message}"
-            for field, messages in exc.message_dict.items()
-            for message in messages
-        ]
-    return [f"{where}{message}" for message in exc.messages]
-
-
-def _at(path: str, call: Any, **kwargs: Any) -> Any:
-    """Call a service; a refusal carries the import's path of what it was applying."""
-    try:
-        return call(**kwargs)
-    except ValidationError as exc:
-        raise _Refusal(path, exc) from exc
-
-
-def _apply(imported: ImportedPolicy, *, actor: Any) -> list[Change]:
-    # 1. Read the policy inside the transaction: the diff is what this transaction changes.
-    list(Team.objects.select_for_update().values_list("pk", flat=True))
-    state = read_policy()
-    changes = diff(imported, state)
-    if not changes:
-        return changes
-
-    # 2. The cluster policy (the service creates the cluster on an empty installation).
-    policy_changes = {
-        name: value for name, value in imported.cluster_policy.items() if getattr(state.policy, name) != value
-    }
-    if policy_changes or (imported.cluster_policy and state.cluster is None):
-        _at("ClusterSchedulerConfig", policy_services.cluster_policy_update, actor=actor, **policy_changes)
-
-    # 3. Priority classes: deletions first, so that the 32-class cap counts the new set.
-    if imported.priority_classes is not None:
-        current = {pc.name: pc for pc in state.priority_classes}
-        for name, pc in current.items():
-            if name not in imported.priority_classes:
-                policy_services.priority_class_delete(actor=actor, priority_class=pc)
-        for i, (name, weight) in enumerate(imported.priority_classes.items()):
-            path = f"ClusterSchedulerConfig.SchedulerConfig.PriorityClasses[{i}]"
-            if name not in current:
-                _at(path, policy_services.priority_class_create, actor=actor, name=name, weight=weight)
-            elif current[name].weight != weight:
-                _at(
-                    path,
-                    policy_services.priority_class_update,
-                    actor=actor,
-                    priority_class=current[name],
-                    weight=weight,
-                )
-
-    # 4. Teams, then each team's complete set of quotas.
-    teams = {team.name: team for team in state.teams}
-    types = {t.name: t for t in state.instance_types}
-    for settings in imported.teams:
-        team = teams.get(settings.name)
-        if team is None:
-            team = _at(
-                settings.path, policy_services.team_create, actor=actor, name=settings.name, **settings.values
-            )
-        else:
-            team_changes = {k: v for k, v in settings.values.items() if getattr(team, k) != v}
-            if team_changes:
-                team = _at(settings.path, policy_services.team_update, actor=actor, team=team, **team_changes)
-        if settings.quotas is None:
-            continue
-        existing = (
-            {q.instance_type.name: q for q in state.quotas(teams[settings.name])}
-            if settings.name in teams
-            else {}
-        )
-        for quota in settings.quotas:
-            if quota.instance_type not in types:  # deleted since the preview
-                raise _Refusal(
-                    quota.path,
-                    ValidationError(
-                        f"{quota.instance_type!r} is no longer an instance type of this cluster."
-                    ),
-                )
-            current_quota = existing.get(quota.instance_type)
-            values = _quota_values(quota, current_quota)
-            if current_quota is not None and all(getattr(current_quota, k) == v for k, v in values.items()):
-                continue
-            _at(
-                quota.path,
-                policy_services.team_quota_set,
-                actor=actor,
-                team=team,
-                instance_type=types[quota.instance_type],
-                **values,
-            )
-        listed = {q.instance_type for q in settings.quotas}
-        for type_name, unlisted in existing.items():
-            if type_name not in listed and not _is_default(unlisted):
-                _at(
-                    settings.path,
-                    policy_services.team_quota_set,
-                    actor=actor,
-                    team=team,
-                    instance_type=types[type_name],
-                    **policy_services.QUOTA_DEFAULTS,
-                )
-    return changes
+    return all(getattr(quota, name) == value for name, value in QUOTA_DEFAULTS.items())

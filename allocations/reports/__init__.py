@@ -9,5 +9,5 @@
 * ``render``: the figures as PNG images on the server (kaleido driving Debian's chromium);
 * ``email``: the email itself: HTML with inline images, plain text, a CSV of the daily figures.
 
-Sending (claims, recipients, subscriptions) is ``services/reports.py``.
+Sending (claims, recipients, subscriptions) is ``reports/services.py``.
 """

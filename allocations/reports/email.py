@@ -123,7 +123,16 @@ def _trend_table(report: TeamReport | ClusterReport) -> Table:
 
 def _reasons_table(report: TeamReport | ClusterReport) -> Table:
     rows = tuple((r.code, _h(r.job_hours), _h(r.gpu_hours)) for r in report.pending_reasons[:3])
-    note = "" if rows else "No job waited this week."
+    note = ""
+    if not rows:
+        # The history counts waiting jobs every minute; the reasons are sampled apart (and a
+        # history written without samples has none): "nobody waited" only when nobody did.
+        note = (
+            f"Jobs waited {_h(report.pending_job_hours)} job-hours this week, but no pending reason "
+            "was sampled: why they waited is not known."
+            if report.pending_job_hours >= 0.05
+            else "No job waited this week."
+        )
     return Table(
         "Most frequent pending reasons", ("reason", "job-hours pending", "GPU-hours pending"), rows, note
     )
@@ -152,6 +161,27 @@ def daily_csv(rows: list[DailyRow]) -> str:
             )
         )  # fmt: skip
     return buffer.getvalue()
+
+
+def _notes(report: TeamReport | ClusterReport) -> tuple[str, ...]:
+    """What the figures cover: the hours sampled, preemptions the history counted without a
+    job record (their GPU-hours lost and their preemptors are not in the figures) and, for the
+    cluster, recorded preemptions that name no preemptor (no team caused them)."""
+    notes = [f"{report.hours_sampled:.0f} of {7 * 24} hours of the week were sampled."]
+    jobs = report.jobs
+    if jobs.unrecorded:
+        notes.append(
+            f"{jobs.unrecorded:,} of the {jobs.preempted:,} preemptions have no job record: "
+            "the GPU-hours lost to preemption and the preemptions caused count the other "
+            f"{jobs.preemptions_recorded:,}."
+        )
+    unnamed = jobs.preemptions_recorded - jobs.preemptions_caused
+    if isinstance(report, ClusterReport) and unnamed > 0:
+        notes.append(
+            f"{unnamed:,} of the {jobs.preemptions_recorded:,} preemptions recorded name no "
+            "preemptor: no team's preemptions caused count them."
+        )
+    return tuple(notes)
 
 
 def _period(report: TeamReport | ClusterReport) -> str:
@@ -183,7 +213,7 @@ def team_content(report: TeamReport) -> ReportContent:
         csv_name=f"gpugov-{report.team}-{report.week.label}-daily.csv",
         csv_text=daily_csv(list(report.daily)),
         dashboard_url=_absolute(reverse("allocations:dashboard_team", args=[report.team])),
-        notes=(f"{report.hours_sampled:.0f} of {7 * 24} hours of the week were sampled.",),
+        notes=_notes(report),
     )
 
 
@@ -226,7 +256,7 @@ def cluster_content(report: ClusterReport) -> ReportContent:
             sorted([*team_rows, *report.daily], key=lambda r: (r.day, r.team, r.instance_type))
         ),
         dashboard_url=_absolute(reverse("allocations:dashboard_cluster")),
-        notes=(f"{report.hours_sampled:.0f} of {7 * 24} hours of the week were sampled.",),
+        notes=_notes(report),
     )
 
 

@@ -1,16 +1,22 @@
 """The figures of a weekly report, per team and for the cluster, as plain dataclasses.
 
-Sources (``weekly_figures`` runs the same eight queries whatever the number of teams, jobs or
-weeks):
+Sources (``weekly_figures`` runs the same nine queries whatever the number of teams, jobs or
+weeks). Each figure is read where the dashboards read it (``selectors/history.py``), so that a
+report and a dashboard of the same days never disagree:
 
 1. hour rollups of the history (``TeamUsageRollup``, ``CapacityRollup``), summed per week of
-   the 8-week trend and per local day of the reported week. Hour rollups, not day rollups:
-   day rollups are UTC days, and a week of the cluster's calendar starts at its local midnight;
-2. JobEvent rows of the jobs that started, were preempted or ended in the week: waits, jobs
-   run, preemptions suffered and caused, GPU-hours lost to preemption;
-3. ``PendingReasonSample`` rows (``services/reports.py`` samples the pending jobs' reasons,
+   the 8-week trend and per local day of the reported week: GPU-hours, pending job-hours and
+   the preemptions suffered, by reason. Hour rollups, not day rollups: day rollups are UTC
+   days, and a week of the cluster's calendar starts at its local midnight;
+2. JobEvent rows, through ``selectors.history.job_activity`` (two queries): jobs run,
+   finished and failed, waits, preemptions caused, GPU-hours lost to preemption;
+3. ``PendingReasonSample`` rows (``reports/services.py`` samples the pending jobs' reasons,
    which jobs lose when they start): the most frequent pending reasons, the borrow cap;
 4. instance types' ``price_per_gpu_hour``: the chargeback.
+
+Where the sources disagree the report says so instead of printing a figure that contradicts
+another: preemptions counted by the history without a JobEvent row (``Jobs.unrecorded``), a week
+whose jobs waited without a pending reason sampled (``pending_job_hours`` with no reasons).
 
 GPU-hours are rollup GPU-minutes / 60. A week without samples (the sampler was down) has no
 figures for those hours: the report says how many hours were sampled.
@@ -18,7 +24,6 @@ figures for those hours: the report says how many hours were sampled.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,16 +33,15 @@ from typing import Any
 from django.db.models import Case, F, IntegerField, QuerySet, Sum, Value, When
 
 from allocations import engine
-from allocations.choices import JobEventKind
 from allocations.models import (
     CapacityRollup,
     HistoryPeriod,
     InstanceType,
-    JobEvent,
     PendingReasonSample,
     Team,
     TeamUsageRollup,
 )
+from allocations.selectors.history import JobActivity, job_activity, mean_wait, p95_wait
 from allocations.services.history import PREEMPTION_FIELDS
 
 from .weeks import Week
@@ -135,27 +139,45 @@ class PendingReasonTotal:
 
 @dataclass(frozen=True, slots=True)
 class Jobs:
-    """What the team's jobs did in the week (from JobEvent rows)."""
+    """What the team's jobs did in the week: the preemptions they suffered as the history (and
+    the dashboards) counted them, everything else from their JobEvent rows (``JobActivity``)."""
 
     started: int = 0  # distinct jobs that started at least once
     finished: int = 0
     failed: int = 0
     waits: tuple[float, ...] = ()  # seconds, one per start in the week
-    preemptions_suffered: dict[str, int] = field(default_factory=dict)  # by reason
+    preemptions_suffered: dict[str, int] = field(default_factory=dict)  # by reason, from the history
     preemptions_caused: int = 0
     gpu_hours_lost: float = 0.0
+    preemptions_recorded: int = 0  # preempted events: the preemptions ``gpu_hours_lost`` covers
+
+    @classmethod
+    def of(cls, activity: JobActivity, suffered: dict[str, int]) -> Jobs:
+        return cls(
+            started=activity.started,
+            finished=activity.finished,
+            failed=activity.failed,
+            waits=activity.waits,
+            preemptions_suffered={reason: n for reason, n in sorted(suffered.items()) if n},
+            preemptions_caused=activity.preemptions_caused,
+            gpu_hours_lost=activity.gpu_hours_lost,
+            preemptions_recorded=activity.preempted,
+        )
+
+    @property
+    def unrecorded(self) -> int:
+        """Preemptions the history counted that no JobEvent row records (a history written
+        without its jobs, such as an imported or synthetic one): the GPU-hours they lost and who
+        caused them are not known."""
+        return max(0, self.preempted - self.preemptions_recorded)
 
     @property
     def mean_wait(self) -> float | None:
-        return sum(self.waits) / len(self.waits) if self.waits else None
+        return mean_wait(self.waits)
 
     @property
     def p95_wait(self) -> float | None:
-        """Nearest-rank 95th percentile: the smallest wait that 95 % of the starts did not exceed."""
-        if not self.waits:
-            return None
-        ordered = sorted(self.waits)
-        return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+        return p95_wait(self.waits)
 
     @property
     def preempted(self) -> int:
@@ -176,6 +198,7 @@ class TeamReport:
     trend: tuple[WeekUsage, ...]
     daily: tuple[DailyRow, ...]
     hours_sampled: float
+    pending_job_hours: float = 0.0  # job-hours its jobs waited, from the history
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +231,7 @@ class ClusterReport:
     trend_capacity: tuple[tuple[str, float, float], ...]  # (week, capacity, idle while waiting)
     daily: tuple[DailyRow, ...]
     hours_sampled: float
+    pending_job_hours: float = 0.0
 
     def team(self, name: str) -> TeamReport:
         for report in self.teams:
@@ -243,6 +267,7 @@ def _team_sums(bounds: Sequence[datetime]) -> QuerySet[Any]:
         .annotate(
             **{key: Sum(column) for key, column in TEAM_SUMS.items()},
             **{column: Sum(column) for column in PREEMPTION_FIELDS.values()},
+            pending_job_minutes=Sum("pending_job_minutes"),
         )
         .order_by()
     )
@@ -273,89 +298,6 @@ def _usage(row: dict[str, Any], price: float) -> Usage:
         cost_borrowed=hours["borrowed"] * price,
         preemptions=sum(int(row[c] or 0) for c in PREEMPTION_FIELDS.values()),
     )
-
-
-def _job_events(week: Week) -> Iterable[tuple[Any, ...]]:
-    """Every event up to the week's end of the jobs that started, were preempted or ended in
-    the week, in order: one query (the filter on jobs is a subquery)."""
-    active = JobEvent.objects.filter(
-        at__gte=week.start,
-        at__lt=week.end,
-        kind__in=[JobEventKind.STARTED, JobEventKind.PREEMPTED, JobEventKind.FINISHED, JobEventKind.FAILED],
-    ).values("job_id")
-    return (
-        JobEvent.objects.filter(job_id__in=active, at__lt=week.end)
-        .exclude(kind__in=[JobEventKind.CANCELLED, JobEventKind.REJECTED])
-        .values_list(
-            "job_id",
-            "job__team_id",
-            "job__gpus",
-            "job__submitted_at",
-            "kind",
-            "at",
-            "reason",
-            "preemptor__team_id",
-        )
-        .order_by("job_id", "at", "id")
-    )
-
-
-def _jobs_by_team(week: Week, rows: Iterable[tuple[Any, ...]]) -> dict[int, Jobs]:
-    """Walk each job's events in order (the module docstring's source 2).
-
-    * wait of a start = the start minus the job's latest submission or requeue before it (a
-      requeued job's second wait counts from its requeue, not from its first submission);
-    * GPU-hours lost = for each preemption in the week, the GPUs times the run it cut short
-      (the whole run, even the part before the week: that work is lost);
-    * a preemption is caused by the preemptor's team (in-team preemptions count on both sides).
-    """
-    started: dict[int, set[int]] = defaultdict(set)
-    finished: dict[int, int] = defaultdict(int)
-    failed: dict[int, int] = defaultdict(int)
-    waits: dict[int, list[float]] = defaultdict(list)
-    suffered: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    caused: dict[int, int] = defaultdict(int)
-    lost: dict[int, float] = defaultdict(float)
-    start, end = week.start, week.end  # properties that convert time zones: once, not per event
-    job = None
-    ready_at: datetime | None = None
-    run_start: datetime | None = None
-    for job_id, team_id, gpus, submitted_at, kind, at, reason, preemptor_team in rows:
-        if job_id != job:
-            job, ready_at, run_start = job_id, submitted_at, None
-        in_week = start <= at < end
-        if kind in (JobEventKind.SUBMITTED, JobEventKind.REQUEUED):
-            ready_at = at
-        elif kind == JobEventKind.STARTED:
-            if in_week:
-                started[team_id].add(job_id)
-                waits[team_id].append(max(0.0, (at - (ready_at or at)).total_seconds()))
-            run_start = at
-        elif kind == JobEventKind.PREEMPTED:
-            if in_week:
-                suffered[team_id][reason or "unknown"] += 1
-                if preemptor_team is not None:
-                    caused[preemptor_team] += 1
-                if run_start is not None:
-                    lost[team_id] += gpus * max(0.0, (at - run_start).total_seconds()) / 3600
-            run_start = None
-        elif kind in (JobEventKind.FINISHED, JobEventKind.FAILED):
-            if in_week:
-                (finished if kind == JobEventKind.FINISHED else failed)[team_id] += 1
-            run_start = None
-    teams = set(started) | set(finished) | set(failed) | set(suffered) | set(caused)
-    return {
-        team_id: Jobs(
-            started=len(started[team_id]),
-            finished=finished[team_id],
-            failed=failed[team_id],
-            waits=tuple(waits[team_id]),
-            preemptions_suffered=dict(suffered[team_id]),
-            preemptions_caused=caused[team_id],
-            gpu_hours_lost=lost[team_id],
-        )
-        for team_id in teams
-    }
 
 
 def _pending_reasons(week: Week) -> QuerySet[Any]:
@@ -392,8 +334,9 @@ def _merge_jobs(parts: Iterable[Jobs]) -> Jobs:
             waits=total.waits + part.waits,
             preemptions_caused=total.preemptions_caused + part.preemptions_caused,
             gpu_hours_lost=total.gpu_hours_lost + part.gpu_hours_lost,
+            preemptions_recorded=total.preemptions_recorded + part.preemptions_recorded,
         )
-    return replace(total, preemptions_suffered=dict(suffered))
+    return replace(total, preemptions_suffered=dict(sorted(suffered.items())))
 
 
 def _sum_usage(parts: Iterable[Usage]) -> Usage:
@@ -406,7 +349,7 @@ def _sum_usage(parts: Iterable[Usage]) -> Usage:
 # --- Assembly ----------------------------------------------------------------------------------
 def weekly_figures(week: Week, *, teams: Sequence[str] | None = None) -> ClusterReport:
     """The figures of ``week``: the cluster's and every team's (or only ``teams``' reports;
-    the cluster's totals always cover every team). Eight queries."""
+    the cluster's totals always cover every team). Nine queries."""
     # 1. Teams and instance types (two queries).
     team_rows = list(Team.objects.values_list("id", "name", "display_name").order_by("name"))
     type_rows = list(InstanceType.objects.values_list("id", "name", "price_per_gpu_hour"))
@@ -420,11 +363,17 @@ def weekly_figures(week: Week, *, teams: Sequence[str] | None = None) -> Cluster
     day_bounds = week.day_bounds()
     trend_usage: dict[tuple[int, int], Usage] = defaultdict(Usage)  # (team, week index)
     by_type: dict[tuple[int, int], Usage] = {}  # (team, type) in the reported week
+    # The reported week's preemptions by reason and pending job-minutes, per team.
+    suffered: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    pending_minutes: dict[int, float] = defaultdict(float)
     for row in _team_sums(week_bounds):
         usage = _usage(row, price[row["instance_type_id"]])
         trend_usage[(row["team_id"], row["bucket"])] += usage
         if row["bucket"] == TREND_WEEKS - 1:
             by_type[(row["team_id"], row["instance_type_id"])] = usage
+            for reason, column in PREEMPTION_FIELDS.items():
+                suffered[row["team_id"]][reason] += int(row[column] or 0)
+            pending_minutes[row["team_id"]] += float(row["pending_job_minutes"] or 0)
     daily_team: dict[int, list[DailyRow]] = defaultdict(list)
     for row in _team_sums(day_bounds):
         daily_team[row["team_id"]].append(
@@ -456,8 +405,11 @@ def weekly_figures(week: Week, *, teams: Sequence[str] | None = None) -> Cluster
         for row in _capacity_sums(day_bounds)
     ]
 
-    # 3. Jobs and pending reasons (two queries).
-    jobs = _jobs_by_team(week, _job_events(week))
+    # 3. Jobs and pending reasons (three queries).
+    activity = job_activity(week.start, week.end)
+    jobs = {
+        team_id: Jobs.of(activity.get(team_id, JobActivity()), suffered[team_id]) for team_id in team_name
+    }
     reason_rows = list(_pending_reasons(week))
     reasons_by_team: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for row in reason_rows:
@@ -486,6 +438,7 @@ def weekly_figures(week: Week, *, teams: Sequence[str] | None = None) -> Cluster
                 ),
                 daily=tuple(sorted(daily_team[team_id], key=lambda r: (r.day, r.instance_type))),
                 hours_sampled=minutes_sampled / 60,
+                pending_job_hours=pending_minutes[team_id] / 60,
             )
         )
     everyone = tuple(reports)
@@ -518,6 +471,7 @@ def weekly_figures(week: Week, *, teams: Sequence[str] | None = None) -> Cluster
         ),
         daily=tuple(sorted(daily_capacity, key=lambda r: (r.day, r.instance_type))),
         hours_sampled=minutes_sampled / 60,
+        pending_job_hours=sum(r.pending_job_hours for r in everyone),
     )
     return cluster
 

@@ -31,7 +31,6 @@ from allocations.choices import JobState
 from allocations.models import (
     Cluster,
     Job,
-    Membership,
     PendingReasonSample,
     ReportDelivery,
     ReportDeliveryState,
@@ -42,6 +41,7 @@ from allocations.reports.figures import ClusterReport, weekly_figures
 from allocations.reports.recipients import CLUSTER, Recipient, UnsubscribeTarget, recipients
 from allocations.reports.render import render_pngs
 from allocations.reports.weeks import Week, zone
+from allocations.services import memberships
 
 log = logging.getLogger(__name__)
 
@@ -276,9 +276,7 @@ def report_subscriptions_update(*, user: object, team_ids: set[int], cluster_rep
     """Set which of the user's team reports they receive (``team_ids``: on, others off) and,
     for cluster admins (``cluster_report`` not None), the cluster report."""
     with transaction.atomic():
-        memberships = Membership.objects.filter(user=user)
-        memberships.filter(team_id__in=team_ids).update(weekly_report=True)
-        memberships.exclude(team_id__in=team_ids).update(weekly_report=False)
+        memberships.membership_weekly_reports_choose(user=user, team_ids=team_ids)
         if cluster_report is not None:
             ReportPreference.objects.update_or_create(user=user, defaults={"cluster_report": cluster_report})
 
@@ -288,4 +286,4 @@ def report_unsubscribe(*, target: UnsubscribeTarget) -> None:
     if target.team is None:
         ReportPreference.objects.update_or_create(user=target.user, defaults={"cluster_report": False})
     else:
-        Membership.objects.filter(user=target.user, team=target.team).update(weekly_report=False)
+        memberships.membership_weekly_report_stop(user=target.user, team=target.team)

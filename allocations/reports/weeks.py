@@ -23,6 +23,11 @@ def local_midnight(day: date, tz: ZoneInfo) -> datetime:
     return datetime.combine(day, time(0), tzinfo=tz).astimezone(UTC)
 
 
+class WeekOutOfRange(ValueError):
+    """A well-formed ISO week whose instants Python's datetimes cannot hold (they end at the
+    years 1 and 9999), such as 9999-W52 or 0001-W01 east of UTC: no report can cover it."""
+
+
 @dataclass(frozen=True, slots=True)
 class Week:
     """One ISO week of the cluster's calendar."""
@@ -31,8 +36,12 @@ class Week:
     time_zone: str
 
     @classmethod
-    def parse(cls, text: str, time_zone: str, *, field: str = "week") -> Week:
-        """``2026-W47`` -> the week; ValueError names ``field`` and the value."""
+    def parse(cls, text: str, time_zone: str, *, field: str = "week", weeks_before: int = 0) -> Week:
+        """``2026-W47`` -> the week; ValueError names ``field`` and the value.
+
+        The week, and the ``weeks_before`` it that a report also reads, must have a start and
+        an end in ``time_zone``; else WeekOutOfRange (a ValueError), where the arithmetic
+        would otherwise raise OverflowError in whatever reads the week next."""
         match = WEEK_RE.match(text.strip()) if isinstance(text, str) else None
         if not match:
             raise ValueError(f"{field}: {text!r} is not an ISO week like 2026-W47")
@@ -40,7 +49,17 @@ class Week:
             monday = date.fromisocalendar(int(match[1]), int(match[2]), 1)
         except ValueError as exc:
             raise ValueError(f"{field}: {text!r} is not a week of that year ({exc})") from exc
-        return cls(monday, time_zone)
+        week = cls(monday, time_zone)
+        try:
+            week.shifted(-weeks_before).start  # noqa: B018 (computed for its OverflowError)
+            week.end  # noqa: B018
+        except OverflowError as exc:
+            before = f" or the {weeks_before} weeks before it" if weeks_before else ""
+            raise WeekOutOfRange(
+                f"{field}: {text!r} is out of range: the week{before} would start or end outside "
+                f"the years 1 to 9999 in {time_zone}"
+            ) from exc
+        return week
 
     @classmethod
     def containing(cls, moment: datetime, time_zone: str) -> Week:
@@ -59,7 +78,7 @@ class Week:
     @property
     def label(self) -> str:
         year, number, _ = self.monday.isocalendar()
-        return f"{year}-W{number:02d}"
+        return f"{year:04d}-W{number:02d}"  # as parse reads it, also for the years before 1000
 
     @property
     def start(self) -> datetime:

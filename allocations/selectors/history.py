@@ -5,13 +5,19 @@ beyond; rows are merged into points in SQL so that no series has more than ``MAX
 values are averages over their bucket: the sum of GPU-minutes divided by the number of minute
 samples in the bucket (counted on the capacity rows, so a team's missing rows count as 0).
 Every function runs a fixed number of queries, whatever the range or the number of teams.
+
+Each figure has one source, whichever page shows it (the dashboards, the weekly reports in
+``reports/figures.py``): GPU-hours, job-minutes and preemption counts come from the history
+tables (the sampler counts preemptions off the JobEvent rows); jobs started, finished and
+failed, waits and the GPU-hours lost to preemption from the JobEvent rows (``job_activity``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -20,8 +26,6 @@ from django.db import connection
 from django.db.models import (
     Case,
     Count,
-    DurationField,
-    ExpressionWrapper,
     F,
     IntegerField,
     Max,
@@ -31,13 +35,15 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models import Window as SqlWindow  # this module's Window is a time range
 
 from allocations.charts import WAIT_BINS, iso
+from allocations.choices import JobEventKind
 from allocations.models import (
     ANY_PREEMPTION,
     CapacityMinute,
     CapacityRollup,
-    Job,
+    JobEvent,
     Team,
     TeamUsageMinute,
     TeamUsageRollup,
@@ -80,6 +86,13 @@ class Window:
     @property
     def live(self) -> bool:
         return self.key in LIVE_RANGES
+
+    @property
+    def span(self) -> tuple[datetime, datetime]:
+        """The time [from, to) its rows stand for: the rows of (start, end], each of which holds
+        the ``step`` from its own time (a minute's sample, an hour's or a day's sums). Figures
+        read from other records than the rows (the jobs) cover this span."""
+        return self.start + self.step, self.end + self.step
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -435,19 +448,218 @@ def team_points(
 def wait_time_bins(
     window: Window, team_id: int, instance_type_ids: Sequence[int] | None = None
 ) -> list[dict[str, Any]]:
-    """How long the team's jobs started in the window waited (start minus submission; a
-    requeued job keeps its submission time, so its wait includes its earlier runs). One query."""
-    jobs = Job.objects.filter(team_id=team_id, started_at__gt=window.start, started_at__lte=window.end)
+    """How long the team's jobs waited before each start in the window, binned: ``job_waits``,
+    the weekly reports' waits, one per start. One query."""
+    waits = job_waits(*window.span, team_ids=[team_id], instance_type_ids=instance_type_ids).get(team_id, [])
+    counts = [0] * len(WAIT_BINS)
+    for wait in waits:
+        counts[next(i for i, (_, upper) in enumerate(WAIT_BINS) if wait < upper)] += 1
+    return [{"wait": label, "jobs": n} for (label, _), n in zip(WAIT_BINS, counts, strict=True)]
+
+
+# --- Jobs: what they did, from their JobEvent rows -------------------------------------------
+@dataclass(frozen=True, slots=True)
+class JobActivity:
+    """What a team's jobs did in a span of time, read from their JobEvent rows (the only record
+    of each start and preemption: a job row keeps only its last start)."""
+
+    started: int = 0  # distinct jobs that started at least once
+    finished: int = 0
+    failed: int = 0
+    waits: tuple[float, ...] = ()  # seconds, one per start
+    preempted: int = 0  # preempted events of its jobs
+    preemptions_caused: int = 0  # preempted events whose preemptor is its job
+    gpu_hours_lost: float = 0.0
+
+    @property
+    def mean_wait(self) -> float | None:
+        return mean_wait(self.waits)
+
+    @property
+    def p95_wait(self) -> float | None:
+        return p95_wait(self.waits)
+
+
+def mean_wait(waits: Sequence[float]) -> float | None:
+    return sum(waits) / len(waits) if waits else None
+
+
+def p95_wait(waits: Sequence[float]) -> float | None:
+    """Nearest-rank 95th percentile: the smallest wait that 95 % of the starts did not exceed."""
+    if not waits:
+        return None
+    ordered = sorted(waits)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def job_activity(
+    start: datetime,
+    end: datetime,
+    *,
+    team_ids: Sequence[int] | None = None,
+    instance_type_ids: Sequence[int] | None = None,
+) -> dict[int, JobActivity]:
+    """Per team, what its jobs did in [start, end): the jobs figures of the weekly reports
+    (their waits are ``job_waits``, the dashboards' too). Two queries.
+
+    With filters only those teams' and instance types' jobs are read: a preemption one of them
+    caused to another job is then not counted as caused."""
+    waits = job_waits(start, end, team_ids=team_ids, instance_type_ids=instance_type_ids)
+    activity = activity_by_team(start, end, _job_events(start, end, team_ids, instance_type_ids))
+    return {
+        team_id: replace(figures, waits=tuple(waits.get(team_id, ())))
+        for team_id, figures in activity.items()
+    }
+
+
+# Seconds from one datetime column to another, as a float, per database.
+SECONDS_BETWEEN_SQL = {
+    "postgresql": "EXTRACT(EPOCH FROM ({end} - {start}))",
+    "sqlite": "(julianday({end}) - julianday({start})) * 86400.0",
+}
+
+
+def job_waits(
+    start: datetime,
+    end: datetime,
+    *,
+    team_ids: Sequence[int] | None = None,
+    instance_type_ids: Sequence[int] | None = None,
+) -> dict[int, list[float]]:
+    """Per team, the wait of each start in [start, end), in seconds, by job and time: the start
+    minus the job's latest submission or requeue before it (a requeued job's second wait counts
+    from its requeue, not from its first submission; a job with no such event waits from its
+    ``submitted_at``). The waits of the weekly reports and of the team dashboard's wait chart.
+
+    One query: the database pairs each start with the latest submission or requeue before it
+    (a running maximum over the job's events), so one number per start is read, however many
+    events the jobs have."""
+    started = JobEvent.objects.filter(kind=JobEventKind.STARTED, at__gte=start, at__lt=end)
+    if team_ids:
+        started = started.filter(job__team_id__in=team_ids)
     if instance_type_ids:
-        jobs = jobs.filter(instance_type_id__in=instance_type_ids)
-    wait = ExpressionWrapper(F("started_at") - F("submitted_at"), output_field=DurationField())
-    lower = timedelta(0)
-    counts: dict[str, Count] = {}
-    for i, (_label, upper) in enumerate(WAIT_BINS):
-        condition = Q(wait__gte=lower) if i else Q()
-        if math.isfinite(upper):
-            condition &= Q(wait__lt=timedelta(seconds=upper))
-            lower = timedelta(seconds=upper)
-        counts[f"bin{i}"] = Count("id", filter=condition)
-    result = jobs.annotate(wait=wait).aggregate(**counts)
-    return [{"wait": label, "jobs": result[f"bin{i}"]} for i, (label, _) in enumerate(WAIT_BINS)]
+        started = started.filter(job__instance_type_id__in=instance_type_ids)
+    ready_kinds = [JobEventKind.SUBMITTED, JobEventKind.REQUEUED]
+    # All their events, of every kind and also after ``end`` (the running maximum and the count
+    # pass over them): a condition on the kind or the time would have SQLite read every event
+    # of those kinds through the (kind, at) index instead of these jobs' through the job index.
+    inner = (
+        JobEvent.objects.filter(job_id__in=started.values("job_id"))
+        .annotate(
+            ready_at=SqlWindow(
+                Max(Case(When(kind__in=ready_kinds, then=F("at")))),
+                partition_by=[F("job_id")],
+                order_by=[F("at").asc(), F("id").asc()],
+            ),
+            submitted=F("job__submitted_at"),
+            team=F("job__team_id"),
+            counted=Case(
+                When(kind=JobEventKind.STARTED, at__gte=start, at__lt=end, then=Value(1)),
+                default=Value(0),
+                output_field=IntegerField(),
+            ),
+        )
+        .values("job_id", "id", "at", "ready_at", "submitted", "team", "counted")
+        .order_by()
+    )
+    sql, params = inner.query.sql_with_params()
+    quote = connection.ops.quote_name
+    seconds = SECONDS_BETWEEN_SQL[connection.vendor].format(
+        end=f"sub.{quote('at')}", start=f"COALESCE(sub.{quote('ready_at')}, sub.{quote('submitted')})"
+    )
+    outer = (
+        f"SELECT sub.{quote('team')}, {seconds} FROM ({sql}) sub WHERE sub.{quote('counted')} = 1 "
+        f"ORDER BY sub.{quote('job_id')}, sub.{quote('at')}, sub.{quote('id')}"
+    )
+    waits: dict[int, list[float]] = defaultdict(list)
+    with connection.cursor() as cursor:
+        cursor.execute(outer, params)
+        for team_id, wait in cursor.fetchall():
+            # Milliseconds: SQLite's julianday() is exact to a few microseconds only.
+            waits[team_id].append(max(0.0, round(float(wait), 3)))
+    return dict(waits)
+
+
+def _job_events(
+    start: datetime,
+    end: datetime,
+    team_ids: Sequence[int] | None,
+    instance_type_ids: Sequence[int] | None,
+) -> Iterable[tuple[Any, ...]]:
+    """Every event of the jobs that started, were preempted or ended in [start, end), in order:
+    one query (the filter on jobs is a subquery). Events of other kinds or after ``end`` are
+    read too and passed over by the walk: a condition on the kind or the time would have
+    SQLite read every such event through the (kind, at) index instead of these jobs' events."""
+    active = JobEvent.objects.filter(
+        at__gte=start,
+        at__lt=end,
+        kind__in=[JobEventKind.STARTED, JobEventKind.PREEMPTED, JobEventKind.FINISHED, JobEventKind.FAILED],
+    )
+    if team_ids:
+        active = active.filter(job__team_id__in=team_ids)
+    if instance_type_ids:
+        active = active.filter(job__instance_type_id__in=instance_type_ids)
+    return (
+        JobEvent.objects.filter(job_id__in=active.values("job_id"))
+        .values_list(
+            "job_id",
+            "job__team_id",
+            "job__gpus",
+            "kind",
+            "at",
+            "preemptor__team_id",
+        )
+        .order_by("job_id", "at", "id")
+    )
+
+
+def activity_by_team(
+    start: datetime, end: datetime, rows: Iterable[tuple[Any, ...]]
+) -> dict[int, JobActivity]:
+    """Walk each job's events in order (``_job_events``' rows; no database).
+
+    * waits are left out (``job_waits`` reads them, one number per start);
+    * GPU-hours lost = for each preemption in the span, the GPUs times the run it cut short
+      (the whole run, even the part before the span: that work is lost);
+    * a preemption is caused by the preemptor's team (in-team preemptions count on both sides).
+    """
+    started: dict[int, set[int]] = defaultdict(set)
+    finished: dict[int, int] = defaultdict(int)
+    failed: dict[int, int] = defaultdict(int)
+    preempted: dict[int, int] = defaultdict(int)
+    caused: dict[int, int] = defaultdict(int)
+    lost: dict[int, float] = defaultdict(float)
+    job = None
+    run_start: datetime | None = None
+    for job_id, team_id, gpus, kind, at, preemptor_team in rows:
+        if job_id != job:
+            job, run_start = job_id, None
+        inside = start <= at < end
+        if kind == JobEventKind.STARTED:
+            if inside:
+                started[team_id].add(job_id)
+            run_start = at
+        elif kind == JobEventKind.PREEMPTED:
+            if inside:
+                preempted[team_id] += 1
+                if preemptor_team is not None:
+                    caused[preemptor_team] += 1
+                if run_start is not None:
+                    lost[team_id] += gpus * max(0.0, (at - run_start).total_seconds()) / 3600
+            run_start = None
+        elif kind in (JobEventKind.FINISHED, JobEventKind.FAILED):
+            if inside:
+                (finished if kind == JobEventKind.FINISHED else failed)[team_id] += 1
+            run_start = None
+    teams = set(started) | set(finished) | set(failed) | set(preempted) | set(caused)
+    return {
+        team_id: JobActivity(
+            started=len(started[team_id]),
+            finished=finished[team_id],
+            failed=failed[team_id],
+            preempted=preempted[team_id],
+            preemptions_caused=caused[team_id],
+            gpu_hours_lost=lost[team_id],
+        )
+        for team_id in teams
+    }

@@ -12,7 +12,7 @@ from collections import defaultdict
 from datetime import datetime
 
 from allocations import engine
-from allocations.choices import BorrowLimitKind, JobState, NodeState
+from allocations.choices import ACTIVE_JOB_STATES, BorrowLimitKind, JobState, NodeState
 from allocations.models import ClusterPolicy, InstanceType, Job, Node, PriorityClass, Team, TeamQuota
 
 
@@ -118,7 +118,8 @@ def build_snapshot(now: datetime) -> engine.Snapshot:
             preemptions=row["preemption_count"],
             last_preempted_at=_seconds(row["last_preempted_at"]),
         )
-        for row in Job.objects.filter(state__in=(JobState.RUNNING, JobState.PENDING))
+        # The live states as the job_live partial index names them, so that SQLite uses it too.
+        for row in Job.objects.filter(state__in=ACTIVE_JOB_STATES)
         .order_by("pk")
         .values(
             "pk",

@@ -1,9 +1,10 @@
-"""Writes of team self-service: submitting, cancelling and resubmitting jobs, and team members.
+"""Writes of team self-service: submitting, cancelling and resubmitting jobs (team members:
+``services/memberships.py``).
 
-Each service owns its transaction, records a JobEvent (or an AuditEntry for memberships) and
-asks for an allocation cycle once the transaction has committed, so the loop sees the change at
-once instead of at its next tick. Access is checked by the caller through ``access.py``; the
-services enforce the rules of POLICY.md (a job that could never fit is refused at submission).
+Each service owns its transaction, records a JobEvent and asks for an allocation cycle once the
+transaction has committed, so the loop sees the change at once instead of at its next tick.
+Access is checked by the caller through ``access.py``; the services enforce the rules of
+POLICY.md (a job that could never fit is refused at submission).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from allocations import engine
-from allocations.choices import ACTIVE_JOB_STATES, JobEventKind, JobState, Role
-from allocations.models import InstanceType, Job, JobEvent, Membership, PriorityClass, Team
+from allocations.choices import ACTIVE_JOB_STATES, JobEventKind, JobState
+from allocations.models import InstanceType, Job, JobEvent, PriorityClass, Team
+from allocations.services.loop import end_job
 
 # Longest requested duration accepted (seconds): 90 days. Longer is surely a unit mistake.
 MAX_REQUESTED_DURATION = 90 * 24 * 3600
@@ -103,11 +105,15 @@ def job_submit(
     command: str = "",
     image: str = "",
     requested_duration: int | None = None,
+    idempotency_key: str | None = None,
+    message: str = "",
 ) -> Job:
-    """Submit a job to ``team``'s queue: validated, stored pending with a "submitted" event.
+    """Submit a job to ``team``'s queue: validated, stored pending with a "submitted" event
+    (``message``: its text, when not the default one).
 
     Raises ``ValidationError`` keyed by field: a bad value, a multi-node job that is not whole
-    nodes (with the GPUs per node), or a job the team could never get (with the limit).
+    nodes (with the GPUs per node), or a job the team could never get (with the limit); and
+    ``IntegrityError`` when ``user`` already made a job with ``idempotency_key``.
     """
     _check_fields(name=name, gpus=gpus, command=command, image=image, requested_duration=requested_duration)
     check_whole_nodes(instance_type, gpus)
@@ -130,12 +136,13 @@ def job_submit(
             requested_duration=requested_duration,
             state=JobState.PENDING,
             submitted_at=now,
+            idempotency_key=idempotency_key or "",
         )
         JobEvent.objects.create(
             job=job,
             kind=JobEventKind.SUBMITTED,
             at=now,
-            message=f"Submitted by {_who(user)}: {gpus} GPU(s) of {instance_type.name}.",
+            message=message or f"Submitted by {_who(user)}: {gpus} GPU(s) of {instance_type.name}.",
         )
         _request_cycle_on_commit()
     return job
@@ -150,101 +157,109 @@ def job_cancel(*, user: Any, job: Job) -> Job:
             raise ValidationError(
                 {"state": f"Only a pending or running job can be cancelled; this one is {job.state}."}
             )
-        now = timezone.now()
         was = job.state
-        job.state = JobState.CANCELLED
-        job.finished_at = now
-        job.pending_reason_code = ""
-        job.pending_reason_message = ""
-        job.save(
-            update_fields=[
-                "state",
-                "finished_at",
-                "pending_reason_code",
-                "pending_reason_message",
-                "updated_at",
-            ]
-        )
-        JobEvent.objects.create(
-            job=job,
-            kind=JobEventKind.CANCELLED,
-            at=now,
-            nodes=job.nodes if was == JobState.RUNNING else [],
+        # Ended as the loop ends a job the backend ended: its nodes are free from now on (the
+        # loop stops it there at its next cycle), its event keeps where it ran.
+        fields, event = end_job(
+            job,
+            state=JobState.CANCELLED,
+            at=timezone.now(),
             message=f"Cancelled by {_who(user)} while {was}.",
         )
+        job.pending_reason_code = job.pending_reason_message = ""
+        job.save(update_fields=[*fields, "pending_reason_code", "pending_reason_message", "updated_at"])
+        event.save()
         _request_cycle_on_commit()
     return job
 
 
-def job_resubmit(*, user: Any, job: Job) -> Job:
+IDEMPOTENCY_KEY_MAX_LENGTH = 255
+
+
+def job_resubmit(*, user: Any, job: Job, idempotency_key: str | None = None) -> tuple[Job, bool]:
     """A new pending job copying a finished, failed, cancelled or rejected one (same team,
-    instance type, GPUs, class, command, image and duration), checked like a new submission."""
+    instance type, GPUs, class, command, image and duration), checked like a new submission.
+    Returns ``(new job, True)``.
+
+    With an ``idempotency_key`` (the API's ``Idempotency-Key`` header, the resubmit form's
+    one-time token), a key ``user`` already resubmitted with returns ``(that job, False)``
+    instead: a request retried or a button clicked twice makes one job, however many arrive
+    at once. The key is stored on the job under a unique constraint per submitter, so of
+    concurrent requests exactly one insert wins and the others read the winner's job. A key
+    that made a job which is no copy of ``job`` is refused (``ValidationError`` on
+    ``idempotency_key``): reusing a key for another request is a client's mistake."""
+    if idempotency_key is not None:
+        if not user or not user.pk:
+            raise ValueError("an idempotency key belongs to a user: resubmit without one")
+        _check_idempotency_key(idempotency_key)
+        earlier = _resubmitted_with(user, idempotency_key, job)
+        if earlier is not None:
+            return earlier, False
     if job.state not in FINAL_JOB_STATES:
         raise ValidationError(
             {"state": f"Only a job that has ended can be resubmitted; this one is {job.state}."}
         )
-    new_job = job_submit(
-        user=user,
-        team=job.team,
-        name=job.name,
-        instance_type=job.instance_type,
-        gpus=job.gpus,
-        priority_class=job.priority_class,
-        command=job.command,
-        image=job.image,
-        requested_duration=job.requested_duration,
-    )
-    # Point the new job's history at the one it copies (the original's history is append-only).
-    JobEvent.objects.filter(job=new_job, kind=JobEventKind.SUBMITTED).update(
-        message=f"Resubmitted by {_who(user)} from job #{job.pk}: {job.gpus} GPU(s) of {job.instance_type.name}."
-    )
-    return new_job
+    try:
+        new_job = job_submit(
+            user=user,
+            team=job.team,
+            name=job.name,
+            instance_type=job.instance_type,
+            gpus=job.gpus,
+            priority_class=job.priority_class,
+            command=job.command,
+            image=job.image,
+            requested_duration=job.requested_duration,
+            idempotency_key=idempotency_key,
+            # The new job's history points at the one it copies (whose history is append-only).
+            message=(
+                f"Resubmitted by {_who(user)} from job #{job.pk}: {job.gpus} GPU(s) of {job.instance_type.name}."
+            ),
+        )
+    except IntegrityError:
+        # Another request with this key inserted first (PostgreSQL made this insert wait for
+        # its commit): its job is the answer to this one too.
+        earlier = _resubmitted_with(user, idempotency_key, job) if idempotency_key is not None else None
+        if earlier is None:
+            raise
+        return earlier, False
+    return new_job, True
+
+
+def _check_idempotency_key(key: str) -> None:
+    if not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX_LENGTH or not key.isprintable() or not key.isascii():
+        raise ValidationError(
+            {
+                "idempotency_key": (
+                    f"An idempotency key is 1 to {IDEMPOTENCY_KEY_MAX_LENGTH} printable ASCII characters "
+                    f"(got {len(key)} characters)."
+                )
+            }
+        )
+
+
+def _resubmitted_with(user: Any, key: str, job: Job) -> Job | None:
+    """The job ``user`` made with ``key``, or None; ValidationError when it copies another job."""
+    earlier = Job.objects.filter(submitter=user, idempotency_key=key).first()
+    if earlier is None:
+        return None
+    # What job_submit makes of the copied fields (a job without a class gets the default one).
+    priority_class_id = job.priority_class_id
+    if priority_class_id is None and earlier.priority_class_id is not None:
+        default = default_priority_class()
+        priority_class_id = default.pk if default else None
+    copy = (job.team_id, job.name.strip(), job.instance_type_id, job.gpus, priority_class_id)
+    copy += (job.command, job.image, job.requested_duration)
+    made = (earlier.team_id, earlier.name, earlier.instance_type_id, earlier.gpus, earlier.priority_class_id)
+    made += (earlier.command, earlier.image, earlier.requested_duration)
+    if made != copy:
+        raise ValidationError(
+            {
+                "idempotency_key": f"This key was used for job #{earlier.pk}, which is not a copy of job #{job.pk}."
+            }
+        )
+    return earlier
 
 
 def _who(user: Any) -> str:
     return user.get_username() if user is not None and user.pk else "system"
-
-
-# --- Team members -----------------------------------------------------------------------------
-# The writes and their audit are the policy services' (one implementation for the console and
-# the team pages); what team self-service adds is that a team always keeps a team admin.
-
-
-def membership_add(*, actor: Any, team: Team, user: Any, role: str = Role.MEMBER) -> Membership:
-    """Give ``user`` a role in ``team`` (refused, on ``user``, when they already have one)."""
-    from allocations.services import policy
-
-    return policy.membership_create(actor=actor, team=team, user=user, role=role)
-
-
-def _check_keeps_a_team_admin(membership: Membership, new_role: str | None) -> None:
-    """A team keeps at least one team admin, so that it can always manage itself."""
-    if membership.role != Role.TEAM_ADMIN or new_role == Role.TEAM_ADMIN:
-        return
-    others = Membership.objects.filter(team=membership.team_id, role=Role.TEAM_ADMIN).exclude(
-        pk=membership.pk
-    )
-    if not others.exists():
-        raise ValidationError(
-            {"role": f"{membership.user.get_username()} is the last team admin of {membership.team.name}."}
-        )
-
-
-def membership_set_role(*, actor: Any, membership: Membership, role: str) -> Membership:
-    """Change a member's role; the last team admin cannot be demoted."""
-    from allocations.services import policy
-
-    with transaction.atomic():
-        locked = Membership.objects.select_for_update().select_related("team", "user").get(pk=membership.pk)
-        _check_keeps_a_team_admin(locked, role)
-        return policy.membership_update(actor=actor, membership=locked, role=role)
-
-
-def membership_remove(*, actor: Any, membership: Membership) -> None:
-    """Take a user out of a team (their jobs stay with the team); never the last team admin."""
-    from allocations.services import policy
-
-    with transaction.atomic():
-        locked = Membership.objects.select_for_update().select_related("team", "user").get(pk=membership.pk)
-        _check_keeps_a_team_admin(locked, None)
-        policy.membership_delete(actor=actor, membership=locked)

@@ -178,19 +178,34 @@ def _run(
     )
 
 
-def _end(job: Job, changes: _Changes, seen: BackendJob, now: datetime) -> None:
-    state, kind = ENDED[seen.state]
-    at = _moment(seen.finished_at, now)
+def end_job(
+    job: Job, *, state: str, at: datetime, nodes: list[list[object]] | None = None, message: str = ""
+) -> tuple[list[str], JobEvent]:
+    """End ``job`` in ``state`` (finished, failed or cancelled) at ``at``: its end time, and its
+    nodes cleared, since they are free from now on. Returns the fields changed and the unsaved
+    event that records the end with the nodes the job ran on (``nodes``: those the backend
+    reports, when the row has none); the caller writes both in its transaction. The one way a
+    job ends, for the loop (an end the backend reports) and for ``services.jobs.job_cancel``."""
     if job.started_at is not None and at < job.started_at:
         # Clocks of the backend and of this host may differ: never end before the start.
         at = job.started_at
-    nodes = job.nodes or [list(pair) for pair in seen.nodes]
+    ran_on = job.nodes or nodes or []
+    job.state, job.finished_at, job.nodes = state, at, []
+    event = JobEvent(job=job, kind=JobEventKind(state), at=at, nodes=ran_on, message=message[:500])
+    return ["state", "finished_at", "nodes"], event
+
+
+def _end(job: Job, changes: _Changes, seen: BackendJob, now: datetime) -> None:
+    state, _ = ENDED[seen.state]
     message = (
         seen.reason if seen.exit_code in (None, 0) else f"exit code {seen.exit_code}; {seen.reason}".strip()
     )
-    job.state, job.finished_at, job.nodes = state, at, []
-    changes.touch(job, "state", "finished_at", "nodes")
-    changes.event(job, kind, at, nodes=nodes, message=message.strip("; ")[:500])
+    nodes = [list(pair) for pair in seen.nodes]
+    fields, event = end_job(
+        job, state=state, at=_moment(seen.finished_at, now), nodes=nodes, message=message.strip("; ")
+    )
+    changes.touch(job, *fields)
+    changes.events.append(event)
     changes.ended += 1
 
 
@@ -257,9 +272,13 @@ def _sync_jobs(backend: ClusterBackend, now: datetime, changes: _Changes, start_
             reported[job_pk(seen.job_id)] = seen
         except ValueError:  # not one of ours: a backend reports only jobs gpugov started
             changes.notes.append(f"backend job {seen.job_id!r} ({seen.external_id}) is not a gpugov job id")
-    jobs = changes.load(
-        {job.pk: job for job in Job.objects.filter(Q(state=JobState.RUNNING) | Q(pk__in=list(reported)))}
-    )
+    # Only rows that can disagree with the backend: a reported end of a job ended here too
+    # changes nothing, so ended rows stay unread. No ordering: Job's default one (by submission)
+    # has the database walk every job instead of using the state and id indexes.
+    live_ids = [pk for pk, seen in reported.items() if seen.state not in ENDED]
+    ended_ids = [pk for pk, seen in reported.items() if seen.state in ENDED]
+    wanted = Q(state=JobState.RUNNING) | Q(pk__in=live_ids) | Q(pk__in=ended_ids, state=JobState.PENDING)
+    jobs = changes.load({job.pk: job for job in Job.objects.filter(wanted).order_by()})
     for pk, seen in reported.items():
         job = jobs.get(pk)
         alive = seen.state in (BackendJobState.RUNNING, BackendJobState.PENDING)
@@ -455,8 +474,11 @@ def _apply(
 def _record_pending_reasons(plan: engine.Plan) -> int:
     """Write the reason of every job left pending, only where it changed (one SELECT and one
     UPDATE per 5,000 changed rows, however many jobs are pending)."""
-    current = Job.objects.filter(state=JobState.PENDING).values_list(
-        "pk", "pending_reason_code", "pending_reason_message"
+    # No ordering: Job's default one (by submission) has SQLite walk every job in that order.
+    current = (
+        Job.objects.filter(state=JobState.PENDING)
+        .order_by()
+        .values_list("pk", "pending_reason_code", "pending_reason_message")
     )
     changed = []
     for pk, code, message in current:

@@ -6,7 +6,8 @@ once the change is committed, asks the allocation loop for a cycle: a new quota 
 node changes what may run.
 
 The ``validate_*`` functions hold the rules and are shared with the console's forms, so a
-person sees the same message whichever way the change comes in.
+person sees the same message whichever way the change comes in. Team memberships have their
+own module, ``services/memberships.py``.
 """
 
 from __future__ import annotations
@@ -22,49 +23,32 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from allocations import choices
-from allocations.choices import BackendKind, BorrowLimitKind, NodeState, Role
+from allocations.choices import BackendKind, BorrowLimitKind, NodeState
 from allocations.models import (
     Cluster,
     ClusterPolicy,
     InstanceType,
     Job,
-    Membership,
     Node,
     PriorityClass,
     Team,
     TeamQuota,
 )
+from allocations.policy_fields import (
+    CLUSTER_FIELDS,
+    CLUSTER_POLICY_FIELDS,
+    INSTANCE_TYPE_FIELDS,
+    NODE_FIELDS,
+    PRIORITY_CLASS_FIELDS,
+    QUOTA_DEFAULTS,
+    QUOTA_FIELDS,
+    TEAM_FIELDS,
+)
 from allocations.services import audit
 from allocations.services.cycle_requests import request_cycle
+from allocations.services.memberships import MEMBERSHIP_FIELDS
 
 M = TypeVar("M", bound=models.Model)
-
-INSTANCE_TYPE_FIELDS = ("name", "gpus_per_node", "price_per_gpu_hour", "description")
-NODE_FIELDS = ("name", "instance_type", "gpus", "state", "reason")
-PRIORITY_CLASS_FIELDS = ("name", "weight", "description")
-TEAM_FIELDS = (
-    "name",
-    "display_name",
-    "active",
-    "fair_share_weight",
-    "sharing",
-    "preempt_team_tasks",
-    "reclaim",
-    "preempt_while_borrowing",
-    "preempt_while_borrowing_max_priority",
-)
-QUOTA_FIELDS = ("quota", "borrow_limit_kind", "borrow_limit_percent", "borrow_limit", "lend_limit")
-CLUSTER_FIELDS = ("name", "backend_kind", "backend_settings", "time_zone")
-CLUSTER_POLICY_FIELDS = ("idle_allocation", "task_ranking", "share_unallocated", "queueing")
-MEMBERSHIP_FIELDS = ("role", "weekly_report")
-
-QUOTA_DEFAULTS: dict[str, Any] = {
-    "quota": 0,
-    "borrow_limit_kind": BorrowLimitKind.PERCENT,
-    "borrow_limit_percent": 50,
-    "borrow_limit": None,
-    "lend_limit": None,
-}
 
 INSTANCE_TYPE_NAME_REGEX = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$"
 MAX_GPUS = 32767  # PositiveSmallIntegerField's ceiling: a node or instance type never has more
@@ -327,25 +311,6 @@ def validate_cluster_policy(values: Mapping[str, Any]) -> None:
             "share_unallocated",
             f"Share unallocated must be true or false; got {values.get('share_unallocated')!r}.",
         )
-    errors.raise_if_any()
-
-
-def validate_membership(values: Mapping[str, Any], current: Membership | None = None) -> None:
-    """A role of a user in a team; one membership per user and team."""
-    errors = _Errors()
-    errors.choice("role", values.get("role"), Role.values, "Role")
-    if not isinstance(values.get("weekly_report", True), bool):
-        errors.add(
-            "weekly_report", f"Weekly report must be true or false; got {values.get('weekly_report')!r}."
-        )
-    user, team = values.get("user"), values.get("team")
-    if (
-        current is None
-        and user is not None
-        and team is not None
-        and Membership.objects.filter(user=user, team=team).exists()
-    ):
-        errors.add("user", f"{user.get_username()} is already a member of {team.name}.")
     errors.raise_if_any()
 
 
@@ -737,29 +702,3 @@ def team_quota_set(
         )
     _request_cycle()
     return quota
-
-
-# --- Memberships --------------------------------------------------------------------------------
-@transaction.atomic
-def membership_create(
-    *, actor: Any, team: Team, user: Any, role: str = Role.MEMBER, weekly_report: bool = True
-) -> Membership:
-    values = {"role": role, "weekly_report": weekly_report}
-    validate_membership({**values, "user": user, "team": team})
-    membership = Membership.objects.create(team=team, user=user, **values)
-    audit.record_create(actor=actor, obj=membership, values=values)
-    return membership
-
-
-@transaction.atomic
-def membership_update(*, actor: Any, membership: Membership, **changes: Any) -> Membership:
-    return _update(
-        actor=actor, obj=membership, fields=MEMBERSHIP_FIELDS, changes=changes, validate=validate_membership
-    )
-
-
-@transaction.atomic
-def membership_delete(*, actor: Any, membership: Membership) -> None:
-    locked = Membership.objects.select_for_update().select_related("user", "team").get(pk=membership.pk)
-    audit.record_delete(actor=actor, obj=locked, values=audit.field_values(locked, MEMBERSHIP_FIELDS))
-    locked.delete()

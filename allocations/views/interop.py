@@ -21,6 +21,7 @@ from allocations import metrics
 from allocations.access import cluster_admin_required
 from allocations.interop import hyperpod, kueue
 from allocations.interop import policy as interop_policy
+from allocations.interop import services as interop_services
 from allocations.interop.forms import ImportForm
 
 DOWNLOADS = {
@@ -104,8 +105,8 @@ def import_policy(request: HttpRequest) -> HttpResponse:
         context["stale"] = True
         return render(request, "interop/import.html", context)
     try:
-        applied = interop_policy.apply(imported, actor=request.user)
-    except interop_policy.ApplyRefused as refused:
+        applied = interop_services.policy_import_apply(actor=request.user, imported=imported)
+    except interop_services.ApplyRefused as refused:
         context["problems"] = refused.messages
         context.pop("changes")
         return render(request, "interop/import.html", context)

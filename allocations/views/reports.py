@@ -15,7 +15,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import path, reverse
 from django.utils import timezone
@@ -25,10 +25,10 @@ from django.views.decorators.http import require_http_methods, require_POST
 from allocations.access import cluster_admin_required, get_visible_or_404, is_cluster_admin, visible_teams
 from allocations.models import Membership, ReportPreference, Team
 from allocations.reports import email as report_email
-from allocations.reports.figures import weekly_figures
+from allocations.reports import services as report_service
+from allocations.reports.figures import TREND_WEEKS, weekly_figures
 from allocations.reports.recipients import CLUSTER, Recipient, read_unsubscribe_token, team_key
-from allocations.reports.weeks import Week
-from allocations.services import reports as report_service
+from allocations.reports.weeks import Week, WeekOutOfRange
 
 RECENT_WEEKS = 8
 
@@ -38,8 +38,10 @@ def _bad_request(request: HttpRequest, error: str) -> HttpResponse:
 
 
 def _past_week(text: str) -> Week:
-    """A week that has ended, in the cluster's calendar; ValueError names ``week``."""
-    week = Week.parse(text, report_service.cluster_time_zone())
+    """A week that has ended, in the cluster's calendar; ValueError names ``week`` (a
+    WeekOutOfRange when the week, or the trend before it that the report charts, falls outside
+    the calendar Python can compute)."""
+    week = Week.parse(text, report_service.cluster_time_zone(), weeks_before=TREND_WEEKS - 1)
     if week.end > timezone.now():
         raise ValueError(f"week: {text!r} has not ended yet")
     return week
@@ -61,6 +63,8 @@ def reports_index(request: HttpRequest) -> HttpResponse:
 def _preview(request: HttpRequest, week_text: str, report: str, team: Team | None) -> HttpResponse:
     try:
         week = _past_week(week_text)
+    except WeekOutOfRange as exc:
+        raise Http404(str(exc)) from exc  # no such report can exist, as for a missing team
     except ValueError as exc:
         return _bad_request(request, str(exc))
     figures = weekly_figures(week)

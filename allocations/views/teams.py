@@ -7,6 +7,7 @@ may not change) -> form/service -> redirect or render. The queue and job pages p
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from django.contrib import messages
@@ -26,6 +27,7 @@ from allocations.selectors import jobs as job_selectors
 from allocations.selectors.estimates import estimated_starts
 from allocations.selectors.snapshot import build_snapshot
 from allocations.services import jobs as job_services
+from allocations.services import memberships
 
 # How often the queue and job pages poll their fragment (milliseconds).
 LIVE_INTERVAL_MS = 3000
@@ -135,6 +137,8 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "events": job_selectors.job_history(job),
         "can_manage": access.can_manage_job(request.user, job),
         "live_interval": LIVE_INTERVAL_MS,
+        # A fresh one each time the form is drawn: the form posted twice makes one job.
+        "resubmit_token": secrets.token_urlsafe(24),
     }
 
 
@@ -176,12 +180,16 @@ def job_resubmit(request: HttpRequest, pk: int) -> HttpResponse:
         access.can_manage_job(request.user, job), "Only its submitter or a team admin may resubmit it."
     )
     access.require(access.can_submit(request.user, job.team), f"You cannot submit jobs to {job.team.name}.")
+    token = request.POST.get("resubmit_token") or None
     try:
-        new_job = job_services.job_resubmit(user=request.user, job=job)
+        new_job, created = job_services.job_resubmit(user=request.user, job=job, idempotency_key=token)
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
         return redirect("allocations:job_detail", pk=job.pk)
-    messages.success(request, f"Resubmitted as job #{new_job.pk}.")
+    if created:
+        messages.success(request, f"Resubmitted as job #{new_job.pk}.")
+    else:
+        messages.info(request, f"This form was sent already: it resubmitted job #{new_job.pk}.")
     return redirect("allocations:job_detail", pk=new_job.pk)
 
 
@@ -190,19 +198,19 @@ def team_members(request: HttpRequest, team: str) -> HttpResponse:
     """The team's members: everyone who sees the team reads it; team admins add people."""
     obj = _team(request, team)
     can_manage = access.can_manage_members(request.user, obj)
-    form = MembershipAddForm(request.POST or None)
+    form = MembershipAddForm(request.POST or None, actor=request.user)
     if request.method == "POST":
         access.require(can_manage, f"Only team admins of {obj.name} manage its members.")
         if form.is_valid():
             try:
-                job_services.membership_add(
+                memberships.membership_add(
                     actor=request.user,
                     team=obj,
                     user=form.cleaned_data["username"],
                     role=form.cleaned_data["role"],
                 )
             except ValidationError as exc:
-                _put_errors_on_form(form, exc)
+                _put_errors_on_form(form, exc, {"user": "username"})
             else:
                 messages.success(
                     request, f"{form.cleaned_data['username'].get_username()} added to {obj.name}."
@@ -237,7 +245,7 @@ def membership_role(request: HttpRequest, team: str, pk: int) -> HttpResponse:
         messages.error(request, f"Unknown role {request.POST.get('role', '')!r}.")
     else:
         try:
-            job_services.membership_set_role(
+            memberships.membership_update(
                 actor=request.user, membership=membership, role=form.cleaned_data["role"]
             )
         except ValidationError as exc:
@@ -252,7 +260,7 @@ def membership_role(request: HttpRequest, team: str, pk: int) -> HttpResponse:
 def membership_remove(request: HttpRequest, team: str, pk: int) -> HttpResponse:
     membership = _membership(request, team, pk)
     try:
-        job_services.membership_remove(actor=request.user, membership=membership)
+        memberships.membership_remove(actor=request.user, membership=membership)
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     else:

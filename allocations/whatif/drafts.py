@@ -18,14 +18,14 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from allocations import policy_fields
 from allocations.choices import BorrowLimitKind
 from allocations.interop import policy as interop
 from allocations.models import ClusterPolicy, PriorityClass, Team
-from allocations.services import policy as rules
 
-TEAM_SETTINGS = tuple(f for f in rules.TEAM_FIELDS if f != "name")
-QUOTA_SETTINGS = rules.QUOTA_FIELDS
-CLUSTER_POLICY_SETTINGS = rules.CLUSTER_POLICY_FIELDS
+TEAM_SETTINGS = policy_fields.TEAM_SETTINGS
+QUOTA_SETTINGS = policy_fields.QUOTA_FIELDS
+CLUSTER_POLICY_SETTINGS = policy_fields.CLUSTER_POLICY_FIELDS
 
 
 class BodyError(ValueError):
@@ -151,7 +151,7 @@ def with_team(
         values = {field: values[field] for field in QUOTA_SETTINGS}
         if values["borrow_limit_kind"] != BorrowLimitKind.ABSOLUTE:
             values["borrow_limit"] = None  # the service keeps a GPU cap only for absolute limits
-        if values != rules.QUOTA_DEFAULTS:
+        if values != policy_fields.QUOTA_DEFAULTS:
             rows.append({"instance_type": type_name, **values})
     entry["quotas"] = rows
     return new
@@ -194,7 +194,7 @@ def quota_initial(body: Mapping[str, Any], name: str, instance_types: Iterable[A
     rows = []
     for instance_type in instance_types:
         quota = by_type.get(instance_type.name)
-        values = {f: quota[f] for f in QUOTA_SETTINGS} if quota else dict(rules.QUOTA_DEFAULTS)
+        values = {f: quota[f] for f in QUOTA_SETTINGS} if quota else dict(policy_fields.QUOTA_DEFAULTS)
         rows.append({"instance_type": instance_type, **values})
     return rows
 
@@ -257,7 +257,7 @@ def scenario_teams(
 
 def _scenario_team(team: Mapping[str, Any], types: list[str]) -> dict[str, Any]:
     quotas = {q["instance_type"]: q for q in team["quotas"]}
-    rows = {t: quotas.get(t, {"instance_type": t, **rules.QUOTA_DEFAULTS}) for t in types}
+    rows = {t: quotas.get(t, {"instance_type": t, **policy_fields.QUOTA_DEFAULTS}) for t in types}
     percents = [
         q["borrow_limit_percent"] for q in rows.values() if q["borrow_limit_kind"] == BorrowLimitKind.PERCENT
     ]

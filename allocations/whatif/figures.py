@@ -6,6 +6,10 @@ kept exactly as ``manage.py simulate --json`` prints them. Added here, from the 
 mean waits per team and per priority class, cost per team (GPU-hours x the instance type's
 price), running and waiting GPUs over time, and each job's total wait with the pending reason
 it waited longest under (recorded by :class:`ReasonRecorder` around the engine).
+
+Waits are those of the weekly reports and the dashboards (``selectors.history.job_activity``):
+one per start, from the submission or the latest requeue, p95 the nearest rank; so the live
+policy's replay of a window compares with what the reports recorded of it.
 """
 
 from __future__ import annotations

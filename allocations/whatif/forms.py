@@ -7,6 +7,7 @@ from datetime import UTC, datetime, time, timedelta
 from typing import Any
 
 from django import forms
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from allocations.models import PolicyDraft
@@ -26,10 +27,31 @@ class DraftNameForm(forms.Form):
     )
 
 
+class DraftsField(forms.ModelMultipleChoiceField):
+    """Drafts by id. Django checks that each id is a number, not that a column can hold it: an
+    id past 64 bits reached the query and overflowed SQLite's integers (500). Such an id, or a
+    long text, is refused here, shortened in the message."""
+
+    def _check_values(self, value: Any) -> Any:
+        for pk in value if isinstance(value, list | tuple) else ():
+            text = str(pk)
+            try:
+                fits = len(text) <= 20 and -(2**63) <= int(text) < 2**63
+            except ValueError:
+                fits = len(text) <= 20  # not a number: Django's own check refuses it
+            if not fits:
+                raise ValidationError(
+                    self.error_messages["invalid_pk_value"],
+                    code="invalid_pk_value",
+                    params={"pk": f"{text[:20]}... ({len(text)} characters)"},
+                )
+        return super()._check_values(value)
+
+
 class RunForm(forms.Form):
     """Which drafts to compare with the live policy, over which past window (UTC days)."""
 
-    drafts = forms.ModelMultipleChoiceField(
+    drafts = DraftsField(
         queryset=PolicyDraft.objects.order_by("name"),
         widget=forms.CheckboxSelectMultiple,
         error_messages={

@@ -20,6 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from allocations.interop import policy as interop
+from allocations.interop import services as interop_services
 from allocations.models import PolicyDraft, WhatIfRun, WhatIfRunState
 from allocations.whatif import drafts as bodies
 
@@ -102,8 +103,8 @@ def draft_apply(*, actor: Any, draft: PolicyDraft) -> list[interop.Change]:
         raise DraftRefused(exc.errors) from exc
     with transaction.atomic():
         try:
-            changes = interop.apply(bodies.as_import(draft.body), actor=actor)
-        except interop.ApplyRefused as exc:
+            changes = interop_services.policy_import_apply(actor=actor, imported=bodies.as_import(draft.body))
+        except interop_services.ApplyRefused as exc:
             raise DraftRefused(exc.messages) from exc
         PolicyDraft.objects.filter(pk=draft.pk).update(applied_at=timezone.now())
     return changes

@@ -52,6 +52,35 @@ DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
+# --- HTTPS and security headers -------------------------------------------------------------
+# Served over HTTPS wherever DEBUG is off, so that a deployment that loads these settings (the
+# default of manage.py, wsgi.py and celery.py) is as safe as production.py; `make run` turns
+# DEBUG on and serves plain HTTP. DJANGO_HTTPS=false: a trial reached over plain HTTP behind
+# nothing (docs/deploy.md); `check --deploy` then warns, as it should.
+HTTPS = env_bool("DJANGO_HTTPS", not DEBUG)
+# Behind a TLS-terminating load balancer that sets X-Forwarded-Proto (docs/security.md);
+# set DJANGO_SECURE_PROXY_SSL_HEADER=false when gunicorn itself is reached over TLS.
+if HTTPS and env_bool("DJANGO_SECURE_PROXY_SSL_HEADER", True):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = HTTPS and env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
+# The load balancer's health check and Prometheus may scrape over plain HTTP inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^metrics$"]
+SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31_536_000) if HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS and env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+# The header's "preload" only allows a submission to the browsers' list (hstspreload.org), it
+# submits nothing; set false if subdomains of this domain must stay reachable over HTTP.
+SECURE_HSTS_PRELOAD = HTTPS and env_bool("DJANGO_SECURE_HSTS_PRELOAD", True)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+SESSION_COOKIE_SECURE = HTTPS
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_AGE = env_int("DJANGO_SESSION_COOKIE_AGE", 8 * 3600)  # a working day
+CSRF_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_HTTPONLY = True  # the pages send the token from the form, never from JavaScript
+X_FRAME_OPTIONS = "DENY"
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -79,6 +108,9 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # A view's 404 is the product's page even with DEBUG on: Django's technical page would show
+    # the URL patterns and the lookup that failed (another team's name, an id).
+    "allocations.views.errors.NotFoundMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into its lockout response.
     "axes.middleware.AxesMiddleware",
 ]
@@ -191,12 +223,37 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5)  # failed logins per username+IP before lockout
+# Failed logins from one address, whatever the usernames, before that address is locked out:
+# password spraying (a few tries on many users) stays under the per-username limit. gpugov's
+# own setting, read by allocations/security.py's handler.
+AXES_ADDRESS_FAILURE_LIMIT = env_int("AXES_ADDRESS_FAILURE_LIMIT", 20)
 AXES_COOLOFF_TIME = env_int("AXES_COOLOFF_MINUTES", 15) / 60  # hours; then the lockout lifts by itself
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_HANDLER = "allocations.security.AddressLimitAxesHandler"
+AXES_LOCKOUT_CALLABLE = "allocations.security.lockout_response"  # JSON for the API, a page otherwise
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False  # no banner on every manage.py command; lockouts are still logged
-# Behind a load balancer, set AXES_IPWARE_META_PRECEDENCE_ORDER (docs/security.md) so that the
-# client's address, not the balancer's, is counted.
+# The client's address, for axes and every throttle: REMOTE_ADDR, or behind GPUGOV_PROXY_COUNT
+# load balancers that append to X-Forwarded-For, the address the outermost one saw. Without it
+# every client behind a balancer shares one address (docs/security.md).
+AXES_CLIENT_IP_CALLABLE = "allocations.security.client_address"
+GPUGOV_PROXY_COUNT = env_int("GPUGOV_PROXY_COUNT", 0)
+# API tokens (allocations/services/tokens.py): days each one is accepted, and how many one user
+# may hold at once (one more is refused until the user revokes one).
+GPUGOV_API_TOKEN_LIFETIME_DAYS = env_int("GPUGOV_API_TOKEN_LIFETIME_DAYS", 30)
+GPUGOV_API_TOKEN_LIMIT = env_int("GPUGOV_API_TOKEN_LIMIT", 5)
+if GPUGOV_API_TOKEN_LIFETIME_DAYS < 1:
+    raise ValueError(f"GPUGOV_API_TOKEN_LIFETIME_DAYS={GPUGOV_API_TOKEN_LIFETIME_DAYS} must be at least 1")
+if GPUGOV_API_TOKEN_LIMIT < 1:
+    raise ValueError(f"GPUGOV_API_TOKEN_LIMIT={GPUGOV_API_TOKEN_LIMIT} must be at least 1")
+# Requests per client address (and per email for password resets), "<count>/<second|minute|
+# hour|day>", counted in the cache (allocations/throttles.py); over the rate answers 429.
+GPUGOV_THROTTLE_RATES = {
+    "api-token": os.environ.get("GPUGOV_THROTTLE_API_TOKEN", "20/hour"),
+    "password-reset-address": os.environ.get("GPUGOV_THROTTLE_PASSWORD_RESET_ADDRESS", "10/hour"),
+    "password-reset-email": os.environ.get("GPUGOV_THROTTLE_PASSWORD_RESET_EMAIL", "3/hour"),
+    "password-reset-confirm": os.environ.get("GPUGOV_THROTTLE_PASSWORD_RESET_CONFIRM", "30/hour"),
+}
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -221,6 +278,11 @@ REST_FRAMEWORK = {
         "allocations.api.auth.HashedTokenAuthentication",  # keys stored as SHA-256 only
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": [
+        "allocations.api.parsers.BoundedJSONParser",  # deep nesting and huge numbers are a 400
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

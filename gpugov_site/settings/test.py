@@ -10,3 +10,8 @@ WHITENOISE_USE_FINDERS = True
 # Django's test client calls authenticate() without a request, which django-axes refuses;
 # tests/security/test_login_throttling.py turns it back on and drives the real login page.
 AXES_ENABLED = False
+# The test client and the live server speak plain HTTP, as `make run` does; the HTTPS settings
+# a deployment gets are checked in processes of their own (tests/security/test_deploy*.py).
+HTTPS = False
+SECURE_SSL_REDIRECT = SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = False
+SECURE_HSTS_SECONDS = 0

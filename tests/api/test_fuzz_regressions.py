@@ -1,6 +1,8 @@
-"""Faults the schemathesis run found on PostgreSQL, each reproduced: none may answer 500."""
+"""Cases from the schemathesis run on PostgreSQL and from an outside probe: none may answer 500."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 from rest_framework.test import APIClient
@@ -60,3 +62,49 @@ def test_a_time_whose_utc_falls_before_year_one_is_refused(member_client):
     response = member_client.get("/api/v1/job-events/", {"after": "0001-01-01T00:00:00+05:00"})
     assert response.status_code == 400
     assert "after" in response.json()
+
+
+# A body nested 1,000 levels deep (2 KB) would make the JSON parser recurse past Python's limit;
+# it is refused with 400, also before sign-in.
+DEEP_ARRAYS = "[" * 1000 + "]" * 1000
+DEEP_OBJECTS = '{"a": ' * 1000 + "1" + "}" * 1000
+
+
+@pytest.mark.parametrize("body", [DEEP_ARRAYS, DEEP_OBJECTS], ids=["arrays", "objects"])
+def test_deeply_nested_json_to_the_token_endpoint_is_a_400_before_sign_in(db, body):
+    response = APIClient().post("/api/v1/auth/token/", body, content_type="application/json")
+    assert response.status_code == 400
+    assert "nested more than 64 levels deep" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("post", "/api/v1/jobs/"),
+        ("post", "/api/v1/teams/"),
+        ("patch", "/api/v1/policy/"),
+        ("put", "/api/v1/teams/team-a/"),
+    ],
+)
+@pytest.mark.parametrize("body", [DEEP_ARRAYS, DEEP_OBJECTS], ids=["arrays", "objects"])
+def test_deeply_nested_json_to_an_endpoint_is_a_400(admin_client, method, path, body):
+    response = getattr(admin_client, method)(path, body, content_type="application/json")
+    assert response.status_code == 400
+    assert "nested more than 64 levels deep" in response.json()["detail"]
+
+
+def test_json_nested_as_deep_as_allowed_is_read(admin_client):
+    """The bound refuses nesting, not brackets inside strings or a wide document."""
+    body = json.dumps({"name": "[" * 500 + "{" * 500, "gpus": [[[[1]]]] * 500})
+    response = admin_client.post("/api/v1/jobs/", body, content_type="application/json")
+    assert response.status_code == 400
+    errors = response.json()
+    assert "gpus" in errors and "detail" not in errors
+
+
+def test_a_number_too_long_for_python_is_a_400_naming_it(admin_client):
+    body = '{"team": "team-a", "gpus": ' + "9" * 5001 + "}"
+    response = admin_client.post("/api/v1/jobs/", body, content_type="application/json")
+    assert response.status_code == 400
+    detail = response.json()["detail"]
+    assert "a number of 5001 digits" in detail and "99999999" in detail and len(detail) < 300

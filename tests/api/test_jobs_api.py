@@ -289,3 +289,95 @@ def test_odd_values_answer_400_never_500(personas, changes):
 def test_odd_urls_answer_4xx_never_500(personas, url):
     response = client_for(personas.member).get(url)
     assert 400 <= response.status_code < 500
+
+
+# --- Resubmit with an Idempotency-Key -----------------------------------------------------------
+def _ended_job(personas) -> Job:
+    return f.make_job(
+        personas.team,
+        personas.instance_type,
+        2,
+        state=JobState.FAILED,
+        command="x",
+        submitter=personas.member,
+    )
+
+
+def test_a_resubmit_repeated_with_its_idempotency_key_answers_200_with_the_first_job(personas):
+    job = _ended_job(personas)
+    client = client_for(personas.member)
+    first = client.post(f"{JOBS}{job.pk}/resubmit/", HTTP_IDEMPOTENCY_KEY="retry-me")
+    again = client.post(f"{JOBS}{job.pk}/resubmit/", HTTP_IDEMPOTENCY_KEY="retry-me")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json() == first.json()
+    other = client.post(f"{JOBS}{job.pk}/resubmit/", HTTP_IDEMPOTENCY_KEY="another")
+    unkeyed = client.post(f"{JOBS}{job.pk}/resubmit/")
+    assert (other.status_code, unkeyed.status_code) == (201, 201)
+    assert len({first.json()["id"], other.json()["id"], unkeyed.json()["id"]}) == 3
+    # The key belongs to its user: a team admin's request with it is a resubmit of their own.
+    admin = client_for(personas.team_admin).post(f"{JOBS}{job.pk}/resubmit/", HTTP_IDEMPOTENCY_KEY="retry-me")
+    assert admin.status_code == 201 and admin.json()["id"] != first.json()["id"]
+
+
+def test_a_bad_idempotency_key_answers_400_naming_the_header(personas):
+    job = _ended_job(personas)
+    response = client_for(personas.member).post(f"{JOBS}{job.pk}/resubmit/", HTTP_IDEMPOTENCY_KEY="x" * 300)
+    assert response.status_code == 400 and "Idempotency-Key" in response.json()
+    assert not Job.objects.filter(state=JobState.PENDING).exists()
+
+
+def _waiting_on_locks() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        )
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_ten_concurrent_resubmits_with_one_key_make_one_job(personas):
+    """Ten requests with one key, each past its check for an earlier job before any inserts:
+    the Job table is locked against writes until all ten wait on it, then released. The unique
+    constraint lets one insert win; the nine others answer 200 with its job."""
+    import threading
+    import time
+
+    import psycopg
+
+    from tests.conftest import require_service
+
+    require_service(connection.vendor == "postgresql", "PostgreSQL (DATABASE_URL)")
+    job = _ended_job(personas)
+    answers: list[tuple[int, int]] = []
+    failures: list[BaseException] = []
+
+    def resubmit() -> None:
+        try:
+            response = client_for(personas.member).post(
+                f"{JOBS}{job.pk}/resubmit/", HTTP_IDEMPOTENCY_KEY="double-click"
+            )
+            answers.append((response.status_code, response.json()["id"]))
+        except BaseException as exc:  # reported below: a thread's exception would vanish
+            failures.append(exc)
+        finally:
+            connection.close()  # this thread's own connection
+
+    with psycopg.connect(**connection.get_connection_params()) as blocker:
+        blocker.execute(f"LOCK TABLE {Job._meta.db_table} IN EXCLUSIVE MODE")  # reads pass, inserts wait
+        threads = [threading.Thread(target=resubmit) for _ in range(10)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 60
+        while _waiting_on_locks() < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        all_in = _waiting_on_locks() >= 10
+        blocker.rollback()
+    for thread in threads:
+        thread.join(60)
+    assert not failures, failures
+    assert all_in, "the ten requests did not all reach their insert"
+    assert sorted(status for status, _ in answers) == [200] * 9 + [201], answers
+    assert len({pk for _, pk in answers}) == 1
+    assert Job.objects.filter(state=JobState.PENDING).count() == 1

@@ -3,9 +3,16 @@ team admin stays, other teams' memberships are invisible."""
 
 from __future__ import annotations
 
+import threading
+import time
+
+import psycopg
+import pytest
+from django.db import connection
 from rest_framework.test import APIClient
 
 from allocations.models import AuditEntry, Membership
+from tests import factories as f
 
 
 def client_for(user) -> APIClient:
@@ -77,3 +84,88 @@ def test_a_membership_cannot_move_to_another_user(personas):
     assert response.status_code == 400 and "username" in response.json()
     membership.refresh_from_db()
     assert membership.user == personas.viewer
+
+
+# --- The last team admin under concurrent requests (PostgreSQL) ---------------------------------
+def _waiting_on_locks() -> int:
+    """Backends of the test database that wait for a lock (the two requests, once both are in)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'"
+        )
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("first", "second"), [("demote", "demote"), ("remove", "remove"), ("demote", "remove")]
+)
+def test_two_admins_demoted_or_removed_at_once_leave_one(personas, first, second):
+    """One of a team's two admins, in two tabs, demotes or removes themselves and the other at
+    once: each request alone is allowed, together they must leave one admin, and the one
+    refused is a 400, not a deadlock. The audit table is locked meanwhile, so that neither
+    request can commit before the other has gone as far as it can: the window a race needs."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks need PostgreSQL (SQLite lets one writer in at a time)")
+    admin = personas.cluster_admin
+    f.make_member(admin, personas.team, "team-admin")
+    theirs = Membership.objects.get(user=personas.team_admin)
+    own = Membership.objects.get(user=admin)
+    answers: dict[str, int] = {}
+
+    def change(membership: Membership, how: str) -> None:
+        try:
+            client = APIClient(raise_request_exception=False)
+            client.force_authenticate(admin)
+            url = f"/api/v1/memberships/{membership.pk}/"
+            if how == "demote":
+                response = client.patch(url, {"role": "member"}, format="json")
+            else:
+                response = client.delete(url)
+            answers[f"{how} {membership.user.username}"] = response.status_code
+        finally:
+            connection.close()  # this thread's own connection
+
+    with psycopg.connect(**connection.get_connection_params()) as blocker:
+        blocker.execute(f"LOCK TABLE {AuditEntry._meta.db_table} IN EXCLUSIVE MODE")
+        threads = [
+            threading.Thread(target=change, args=(theirs, first)),
+            threading.Thread(target=change, args=(own, second)),
+        ]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while _waiting_on_locks() < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        both_in = _waiting_on_locks() >= 2
+        blocker.rollback()  # lets the audit entries be written
+    for thread in threads:
+        thread.join(60)
+    assert both_in, "the two requests were not both waiting for a lock"
+    assert Membership.objects.filter(team=personas.team, role="team-admin").count() == 1, answers
+    assert sorted(status // 100 for status in answers.values()) == [2, 4], answers
+
+
+def test_a_team_admin_cannot_add_staff_and_cannot_tell_them_from_unknown_names(personas):
+    gone = f.make_user("gone")
+    gone.is_active = False
+    gone.save()
+    client = client_for(personas.team_admin)
+    answers = {}
+    for name in ("admin", "gone", "ghost"):
+        response = client.post("/api/v1/memberships/", {"team": "team-a", "username": name}, format="json")
+        assert response.status_code == 400, name
+        answers[name] = [e.replace(name, "NAME") for e in response.json()["username"]]
+    assert answers["ghost"] == ["No user called NAME can be added to this team."]
+    assert answers["admin"] == answers["gone"] == answers["ghost"]
+    assert Membership.objects.count() == 4
+
+
+def test_a_cluster_admin_adds_staff_to_a_team(personas):
+    f.make_user("operator", staff=True)
+    response = client_for(personas.cluster_admin).post(
+        "/api/v1/memberships/", {"team": "team-a", "username": "operator"}, format="json"
+    )
+    assert response.status_code == 201, response.content

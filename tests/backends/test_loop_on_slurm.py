@@ -296,7 +296,7 @@ def test_a_preemptor_placed_elsewhere_waits_when_its_victim_cannot_be_preempted(
 def test_a_copy_slurm_could_start_by_itself_is_held_while_gpugov_has_the_job_pending(
     prefix: str, governed: dict[str, Team], drained_node4: str
 ) -> None:
-    """Found by the chaos run. A copy released on a node that drained before it started waits
+    """docs/chaos.md, fault 5. A copy released on a node that drained before it started waits
     in Slurm for its node (not for the scheduler), so the backend reports it pending and the
     loop takes the job back; Slurm would start that copy by itself once the node returns,
     beside whatever gpugov placed there meanwhile. The loop holds it: a job pending in gpugov
@@ -375,7 +375,7 @@ def test_a_copy_waiting_on_gpus_another_gpugov_job_holds_is_not_adopted(
 ) -> None:
     """docs/chaos.md item 7. A copy released onto GPUs that a job Slurm runs still holds (a
     victim whose preemption found it already completing, or a second cycle's start) waits
-    there. Adopting it as running made the database count 16 GPUs on a node of 8. The sync
+    there. Adopting it as running would make the database count 16 GPUs on a node of 8. The sync
     holds it instead, and the cycle places the job again where there is room."""
     team_a = governed["team-a"]
     first = submit(team_a)

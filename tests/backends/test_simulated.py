@@ -15,6 +15,7 @@ from allocations.backends import (
     TransientBackendError,
     get_backend,
 )
+from allocations.backends.simulated import LISTED_S
 from allocations.models import Node, SimulatedJob
 from tests import factories as f
 
@@ -82,6 +83,38 @@ def test_a_job_whose_time_is_up_has_finished_and_is_not_preempted(cluster_nodes:
     assert backend.preempt("1") is False
     (job,) = backend.list_jobs()
     assert (job.state, job.exit_code) == (BackendJobState.FINISHED, 0)
+
+
+def test_an_ended_job_is_listed_for_a_while_then_only_remembered(cluster_nodes: list[Node]) -> None:
+    backend = get_backend("simulated", {"retention_s": 3600})
+    backend.start(spec(), ((cluster_nodes[0].name, 4),))
+    backend.cancel("1")
+    (job,) = backend.list_jobs()
+    assert job.state == BackendJobState.CANCELLED
+    # Its end recorded longer ago than LISTED_S: no longer listed, but a repeated start finds it.
+    SimulatedJob.objects.update(ends_at=timezone.now() - timedelta(seconds=LISTED_S + 1))
+    assert backend.list_jobs() == []
+    assert backend.start(spec(), ((cluster_nodes[0].name, 4),)) == "sim-1"
+    assert SimulatedJob.objects.get().state == "cancelled"
+    # Forgotten after retention_s.
+    SimulatedJob.objects.update(ends_at=timezone.now() - timedelta(seconds=3601))
+    backend.list_jobs()
+    assert not SimulatedJob.objects.exists()
+
+
+def test_a_job_that_ended_while_nobody_asked_is_listed_once_the_cluster_records_it(
+    cluster_nodes: list[Node],
+) -> None:
+    backend = get_backend("simulated", {})
+    backend.start(spec(), ((cluster_nodes[0].name, 4),))
+    # Its time was up two hours ago, longer than LISTED_S, and nothing called the cluster since.
+    ended = timezone.now() - timedelta(hours=2)
+    SimulatedJob.objects.update(started_at=ended - timedelta(hours=1), ends_at=ended)
+    (job,) = backend.list_jobs()
+    assert job.state == BackendJobState.FINISHED
+    assert job.finished_at == pytest.approx(ended.timestamp())  # when it really ended
+    (job,) = backend.list_jobs()  # and still listed at the next call
+    assert job.state == BackendJobState.FINISHED
 
 
 def test_preempted_job_is_held_until_started_again(cluster_nodes: list[Node]) -> None:

@@ -289,10 +289,10 @@ def copy(slurm_id: str, state: str, nodes: tuple[str, ...], gpus: int, **fields:
 
 
 def test_a_waiting_copy_counts_as_running_only_where_it_fits_beside_the_jobs_slurm_runs() -> None:
-    """docs/chaos.md item 7: a preemption that found its victim already completing left the
-    victim running there (Slurm holds its GPUs until it has ended) and its preemptor released
-    onto the same GPUs; both were reported running, and the database counted 16 GPUs on a node
-    of 8. Slurm's running jobs are counted first, then the waiting copies, oldest first."""
+    """docs/chaos.md item 7: when a preemption finds its victim already completing, the victim
+    still holds its GPUs (Slurm keeps them until it has ended) while its preemptor is released
+    onto them; counting both as running would put 16 GPUs on a node of 8. Slurm's running jobs
+    are counted first, then the waiting copies, oldest first."""
     copies = {
         "victim": copy("10", "COMPLETING", ("node4",), 8),
         "late": copy("12", "PENDING", ("node4",), 4, eligible_since=1827506960.0),
@@ -303,7 +303,7 @@ def test_a_waiting_copy_counts_as_running_only_where_it_fits_beside_the_jobs_slu
         "unknown": copy("16", "PENDING", ("node9",), 8),
     }
     reports = [backend_job(job_id, job) for job_id, job in copies.items()]
-    assert all(seen.state is BackendJobState.RUNNING for seen in reports)  # what counted before
+    assert all(seen.state is BackendJobState.RUNNING for seen in reports)  # backend_job alone
     seen = {
         s.job_id: s for s in within_nodes(reports, copies, {"node1": 8, "node2": 8, "node3": 8, "node4": 8})
     }

@@ -1,16 +1,16 @@
-"""The faults the chaos run found, each reproduced on its own (without the whole chaos run).
+"""The faults of docs/chaos.md items 1-4, each reproduced alone (without the whole chaos run).
 
-1. Redis restarting: a submission was stored, but the client got a 500 because asking for a
-   cycle (the cache's debounce key, in Redis) raised after the commit; a client that retries
-   then submits twice. Now the request is logged and dropped: beat runs the cycle anyway.
-2. PostgreSQL restarting: the web's kept-alive connections (CONN_MAX_AGE) were dead, and the
-   first request of each web thread after the restart failed with a 500. Now Django checks a
-   kept connection before a request reuses it (CONN_HEALTH_CHECKS).
-3. Redis restarting: the team queue page answered 500, because its start estimates read and
-   wrote the cache with no fallback. Now a cache error counts as a miss and nothing is kept.
-4. slurmctld restarting: Slurm leaked the GPUs of idle nodes and refused every job there, while
-   the loop placed the same job there every cycle (see LEAKED_NODE below). Now the Slurm
-   backend reports such a node down.
+1. Redis restarting: a submission is stored and answered 201 though asking for a cycle (the
+   cache's debounce key, in Redis) fails after the commit; the request is logged and dropped,
+   and beat runs the cycle anyway (a 500 would make a retrying client submit twice).
+2. PostgreSQL restarting: the server ends the web's kept connections (CONN_MAX_AGE); Django
+   checks a kept connection before a request reuses it (CONN_HEALTH_CHECKS), so each web
+   thread's first request after the restart is served.
+3. Redis restarting: the team queue page is served; its start estimates take a cache error for
+   a miss and keep nothing.
+4. slurmctld restarting: Slurm can leak an idle node's GPUs and refuse every job there (see
+   LEAKED_NODE below); the Slurm backend reports such a node down, so the loop does not place
+   the same job there every cycle.
 """
 
 from __future__ import annotations
@@ -108,12 +108,12 @@ def test_the_queue_page_is_served_while_redis_restarts(personas: Personas, redis
     assert client.get("/teams/team-a/").status_code == 200
 
 
-# 4. slurmctld restarting while jobs were requeued (Slurm 22.05): GPUs of an idle node stayed
+# 4. slurmctld restarting while jobs are requeued (Slurm 22.05) can leave an idle node's GPUs
 #    counted as used with no job on it ("gres_used": "gpu:h100:8(IDX:0-7)", "alloc_cpus": 0).
-#    Slurm refused every job placed there ("Requested node configuration is not available"),
-#    and since the node looked ready and empty the engine placed the same job there every cycle:
-#    it waited forever and the loop never settled. The backend now reports such a node down,
-#    saying why. (The node below is sinfo --json output captured from that chaos run.)
+#    Slurm refuses every job placed there ("Requested node configuration is not available"),
+#    and since the node looks ready and empty the engine would place the same job there every
+#    cycle. The backend reports such a node down, saying why. (The node below is sinfo --json
+#    output captured from a chaos run.)
 LEAKED_NODE = {
     "name": "node4",
     "state": "idle",

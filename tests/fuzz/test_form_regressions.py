@@ -1,4 +1,4 @@
-"""Faults that the form fuzzing found, each reproduced by name."""
+"""Cases from the form fuzzing, each by name."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from django.test import Client
 
 
 def test_a_team_form_with_other_errors_does_not_report_a_raw_constraint(personas):
-    """POST /console/teams/new/ with an empty name and a maximum priority past 100 answered
-    "Constraint “team_max_priority_0_100” is violated." at the top of the form, naming no field."""
+    """POST /console/teams/new/ with an empty name and a maximum priority past 100 reports the
+    name's error alone, rather than "Constraint “team_max_priority_0_100” is violated." at the
+    top of the form, naming no field."""
     client = Client()
     client.force_login(personas.cluster_admin)
     body = {
@@ -35,8 +36,9 @@ def test_a_team_form_with_other_errors_does_not_report_a_raw_constraint(personas
 
 @pytest.mark.parametrize("next_url", ["0", "nodes", "https://evil.example/", "//evil.example/x", ""])
 def test_node_state_form_with_a_strange_next_goes_back_to_the_nodes_page(personas, next_url):
-    """POST /console/nodes/<pk>/state/ with next=0 answered 500: redirect("0") looked the word
-    up as a URL name (NoReverseMatch). Anything but a path of this site goes to the nodes page."""
+    """POST /console/nodes/<pk>/state/ with next=0 goes to the nodes page, rather than a 500
+    from redirect("0") looking the word up as a URL name (NoReverseMatch). Anything but a path
+    of this site goes to the nodes page."""
     client = Client()
     client.force_login(personas.cluster_admin)
     node = personas.nodes[0]

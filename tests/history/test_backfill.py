@@ -62,9 +62,9 @@ def test_running_it_again_replaces_the_history(backfilled: str, settings) -> Non
 
 
 # A fixed end: the demand follows the hour of the day and the day of the week, so a history
-# ending now changes with the time the tests run (in a window ending at 09:45 one day, seed 1's
-# jobs held 77% of the load, seeds 2-12's 89-112%; at 08:20 seed 1's passed the 80% bound); the
-# test checks one history, every time the same.
+# ending now changes with the time the tests run (the share of the load its jobs hold moves by
+# tens of percent from hour to hour, across the test's 80% bound); the test checks one history,
+# every time the same.
 END = "2026-11-30T12:00:00+00:00"
 
 
@@ -132,7 +132,7 @@ def test_the_minute_windows_jobs_are_the_load_the_history_shows(backfilled_until
         held, used_in_all = held + running, used_in_all + used
     assert used_in_all > 0 and 0.8 * used_in_all <= held <= 1.2 * used_in_all, (held, used_in_all)
     # Never more than the capacity: the what-if lab replays these jobs (a window that starts
-    # with more running than the nodes hold is refused, as the demo's first was).
+    # with more running than the nodes hold is refused).
     capacity = dict(CapacityMinute.objects.values_list("instance_type_id", "capacity").distinct())
     for minute in minutes:
         per_type: dict[int, int] = {}

@@ -51,7 +51,7 @@ def recorded(personas):  # type: ignore[no-untyped-def]
     JobEvent.objects.create(
         job=waiting, kind=JobEventKind.PREEMPTED, at=now - timedelta(minutes=10, seconds=30), reason="reclaim"
     )
-    f.make_job(
+    finished = f.make_job(
         personas.team,
         personas.instance_type,
         1,
@@ -60,6 +60,9 @@ def recorded(personas):  # type: ignore[no-untyped-def]
         started_at=now - timedelta(minutes=17),
         finished_at=now - timedelta(minutes=5),
     )
+    # Its history, as the services and the loop record it: the wait chart reads the events.
+    for kind, minutes in [("submitted", 20), ("started", 17), ("finished", 5)]:
+        JobEvent.objects.create(job=finished, kind=kind, at=now - timedelta(minutes=minutes))
     for i in range(30):
         history.history_sample(now=now - timedelta(minutes=i))
     history.history_rollup(now=now)
@@ -254,8 +257,8 @@ def test_a_90_day_range_merges_hours_into_5_hour_points(personas) -> None:  # ty
 def test_a_day_merges_minutes_into_3_minute_averages(personas, minutes_past_the_hour: int) -> None:  # type: ignore[no-untyped-def]
     """Two of three minutes with 12 GPUs used, one with none: the point averages 8. The minutes
     are sampled and rolled up as beat's ``history_tick`` does; at 2 past the hour they fall in
-    the hour before, a whole hour of the window, read from its rollup (the test failed on the
-    clock in CI once, when it sampled without rolling up)."""
+    the hour before, a whole hour of the window, read from its rollup (sampled without rolling
+    up, the test would depend on the minute it runs at)."""
     from tests import factories as f
 
     hour = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from allocations.interop import hyperpod
-from allocations.interop import policy as interop_policy
+from allocations.interop import services as interop_services
 from allocations.models import ClusterPolicy, PriorityClass, Team, TeamQuota
 
 pytestmark = pytest.mark.django_db
@@ -19,7 +19,7 @@ def test_a_single_compute_quota_request_from_the_cli_imports(personas):
     imported = hyperpod.parse(text)
     # The cluster has no ARN configured: nothing to compare the request's ARN with.
     assert imported.warnings == []
-    interop_policy.apply(imported, actor=personas.cluster_admin)
+    interop_services.policy_import_apply(actor=personas.cluster_admin, imported=imported)
     team = Team.objects.get(name="team-a")
     assert (team.display_name, team.fair_share_weight, team.sharing) == (
         "Team A (ML research)",
@@ -40,7 +40,7 @@ def test_a_bundle_imports_the_cluster_policy_classes_and_teams(personas):
     imported = hyperpod.parse((FIXTURES / "hyperpod-bundle.json").read_text())
     assert len(imported.warnings) == 4  # every request names another cluster
     assert "ClusterSchedulerConfig.ClusterArn" in imported.warnings[0]
-    interop_policy.apply(imported, actor=personas.cluster_admin)
+    interop_services.policy_import_apply(actor=personas.cluster_admin, imported=imported)
 
     assert dict(PriorityClass.objects.values_list("name", "weight")) == {
         "inference": 90,

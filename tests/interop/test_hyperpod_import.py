@@ -9,6 +9,7 @@ import pytest
 
 from allocations.interop import hyperpod
 from allocations.interop import policy as interop_policy
+from allocations.interop import services as interop_services
 from allocations.models import AuditEntry, Cluster, ClusterPolicy, PriorityClass, Team, TeamQuota
 from tests import factories as f
 
@@ -61,7 +62,7 @@ def test_round_trip_into_an_empty_database_gives_the_same_policy(rich_policy, pe
 
     imported = hyperpod.parse(text)
     preview = interop_policy.diff(imported)
-    applied = interop_policy.apply(imported, actor=personas_admin)
+    applied = interop_services.policy_import_apply(actor=personas_admin, imported=imported)
 
     assert applied == preview
     after = policy_as_data()
@@ -79,7 +80,7 @@ def test_importing_the_export_into_the_same_database_changes_nothing(rich_policy
     changes = interop_policy.diff(imported)
     assert {(c.action, c.object_repr) for c in changes} == {("delete", "extra-0"), ("delete", "extra-1")}
     # What HyperPod cannot express is kept: reclaim, lend limit, max priority.
-    interop_policy.apply(imported, actor=personas_admin)
+    interop_services.policy_import_apply(actor=personas_admin, imported=imported)
     research = Team.objects.get(name="research")
     assert research.reclaim == "lower-priority"
     assert research.preempt_while_borrowing == "never"
@@ -137,7 +138,9 @@ def test_a_lowered_quota_lowers_the_lend_limit_with_it(rich_policy, personas_adm
     for request in bundle["ComputeQuotas"]:
         if request["ComputeQuotaTarget"]["TeamName"] == "research":
             request["ComputeQuotaConfig"]["ComputeQuotaResources"][1]["Accelerators"] = 6
-    changes = interop_policy.apply(hyperpod.parse(json.dumps(bundle)), actor=personas_admin)
+    changes = interop_services.policy_import_apply(
+        actor=personas_admin, imported=hyperpod.parse(json.dumps(bundle))
+    )
     assert ("research / ml.p5.48xlarge", "lend_limit", "10", "6") in {
         (c.object_repr, c.field, c.old, c.new) for c in changes
     }
@@ -157,7 +160,9 @@ def test_a_single_compute_quota_request_touches_only_its_team(rich_policy, perso
         "ComputeQuotaTarget": {"TeamName": "serving", "FairShareWeight": 70},
     }
     before = policy_as_data()
-    changes = interop_policy.apply(hyperpod.parse(json.dumps(request)), actor=personas_admin)
+    changes = interop_services.policy_import_apply(
+        actor=personas_admin, imported=hyperpod.parse(json.dumps(request))
+    )
     assert [(c.object_repr, c.field, c.old, c.new) for c in changes] == [
         ("serving / ml.p5.48xlarge", "quota", "8", "12")
     ]
@@ -360,8 +365,8 @@ def test_a_change_refused_while_applying_rolls_back_every_change(rich_policy, pe
     imported = hyperpod.parse(json.dumps(bundle))
     newer.delete()  # between the preview and the apply
     before, audit_rows = policy_as_data(), AuditEntry.objects.count()
-    with pytest.raises(interop_policy.ApplyRefused) as refused:
-        interop_policy.apply(imported, actor=personas_admin)
+    with pytest.raises(interop_services.ApplyRefused) as refused:
+        interop_services.policy_import_apply(actor=personas_admin, imported=imported)
     assert str(refused.value) == (
         "ComputeQuotas[3].ComputeQuotaConfig.ComputeQuotaResources[0]: "
         "'ml.g5.xlarge' is no longer an instance type of this cluster."
@@ -382,7 +387,9 @@ def test_an_absolute_limit_that_differs_from_the_percentage_is_applied(rich_poli
     serving = bundle["ComputeQuotas"][2]["ComputeQuotaConfig"]["ResourceSharingConfig"]
     assert serving["AbsoluteBorrowLimits"] == [{"InstanceType": "ml.g5.12xlarge", "Accelerators": 3}]
     serving["AbsoluteBorrowLimits"][0]["Accelerators"] = 2
-    changes = interop_policy.apply(hyperpod.parse(json.dumps(bundle)), actor=personas_admin)
+    changes = interop_services.policy_import_apply(
+        actor=personas_admin, imported=hyperpod.parse(json.dumps(bundle))
+    )
     assert {(c.field, c.old, c.new) for c in changes} == {
         ("borrow_limit_kind", "percent", "absolute"),
         ("borrow_limit", "(none)", "2"),

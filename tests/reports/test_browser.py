@@ -12,8 +12,8 @@ import pytest
 from django.db import connections
 
 from allocations.models import Membership
+from allocations.reports.services import weekly_reports_send
 from allocations.reports.weeks import Week
-from allocations.services.reports import weekly_reports_send
 from tests.conftest import require_service
 from tests.e2e.conftest import TIMEOUT_MS, login
 

@@ -31,7 +31,7 @@ def test_a_bad_week_is_refused_with_its_value(text):
 
 
 def test_team_figures_equal_the_hand_worked_week(week_of_history, django_assert_num_queries):
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(9):
         report = weekly_figures(Week.parse("2026-W47", "Europe/Berlin"))
     a = report.team("team-a")
     # GPU-hours: quota 8+8, used within quota 4+1, borrowed 2, idle quota 4+7.
@@ -48,6 +48,7 @@ def test_team_figures_equal_the_hand_worked_week(week_of_history, django_assert_
         preemptions_suffered={"reclaim": 1},
         preemptions_caused=0,
         gpu_hours_lost=4.0,
+        preemptions_recorded=1,
     )
     assert a.jobs.mean_wait == 8400 and a.jobs.p95_wait == 21600
     assert [(r.code, r.job_hours, r.gpu_hours) for r in a.pending_reasons] == [
@@ -86,6 +87,6 @@ def test_query_count_does_not_grow_with_teams(week_of_history, django_assert_num
     for i in range(5):
         team = f.make_team(f"extra-{i}", {week_of_history.instance_type: 1})
         hour(team, week_of_history.instance_type, utc(2026, 11, 17, 5), quota_gpu_minutes=60)
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(9):
         report = weekly_figures(Week.parse("2026-W47", "Europe/Berlin"))
     assert report.team("extra-3").usage.quota == 1

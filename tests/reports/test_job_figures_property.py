@@ -1,16 +1,21 @@
-"""Property test of the job figures (``_jobs_by_team``): any lifecycle of any jobs gives waits
-that are never negative and one per start in the week, preemptions that add up, and GPU-hours
-lost equal to the preempted runs' GPU-hours. No database: the function walks plain rows."""
+"""Property tests of the job figures that the weekly reports and the dashboards share: for any
+lifecycle of any jobs, ``activity_by_team`` (a walk of plain rows, no database) gives starts
+and preemptions that add up and GPU-hours lost equal to the preempted runs' GPU-hours, and
+``job_waits`` (in the database) one wait per start in the week, never negative, from the job's
+latest submission or requeue."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocations.reports.figures import _jobs_by_team
+from allocations.models import Job, JobEvent
 from allocations.reports.weeks import Week
+from allocations.selectors.history import activity_by_team, job_waits, mean_wait, p95_wait
+from tests import factories as f
 
 WEEK = Week.parse("2026-W47", "UTC")
 ORIGIN = WEEK.start - timedelta(days=3)
@@ -46,8 +51,7 @@ def histories(draw: st.DrawFn) -> list[tuple]:
     rows = []
     for job_id in range(draw(st.integers(0, 6))):
         rows += draw(lifecycle(job_id))
-    # What the query returns: events up to the week's end, by job, in time order.
-    return [row for row in rows if row[5] < WEEK.end]
+    return rows
 
 
 def in_week(at: datetime) -> bool:
@@ -57,12 +61,12 @@ def in_week(at: datetime) -> bool:
 @settings(max_examples=200, deadline=None)
 @given(histories())
 def test_job_figures_add_up(rows: list[tuple]) -> None:
-    jobs = _jobs_by_team(WEEK, rows)
+    # What the query returns: every event of the jobs (also after the week), by job, in time order.
+    walked = [(job, team, gpus, kind, at, preemptor) for job, team, gpus, _, kind, at, _, preemptor in rows]
+    jobs = activity_by_team(WEEK.start, WEEK.end, walked)
     for team, figures in jobs.items():
         mine = [r for r in rows if r[1] == team]
         starts = [r for r in mine if r[4] == "started" and in_week(r[5])]
-        assert len(figures.waits) == len(starts)
-        assert all(wait >= 0 for wait in figures.waits)
         assert figures.started == len({r[0] for r in starts})
         preempted = [r for r in mine if r[4] == "preempted" and in_week(r[5])]
         assert figures.preempted == len(preempted)
@@ -76,6 +80,37 @@ def test_job_figures_add_up(rows: list[tuple]) -> None:
                 start = next(s[5] for s in reversed(rows[:i]) if s[0] == r[0] and s[4] == "started")
                 lost += r[2] * (r[5] - start).total_seconds() / 3600
         assert abs(figures.gpu_hours_lost - lost) < 1e-6
-        if figures.waits:
-            assert min(figures.waits) <= figures.mean_wait <= max(figures.waits)
-            assert figures.p95_wait in figures.waits
+
+
+@pytest.fixture
+def three_teams(personas):
+    return {1: personas.team, 2: personas.other_team, 3: f.make_team("team-c", {personas.instance_type: 8})}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=histories())
+def test_waits_are_one_per_start_from_the_latest_submission_or_requeue(
+    three_teams, rows: list[tuple]
+) -> None:
+    """``job_waits`` (SQL: a running maximum over each job's events) against the rule read off
+    the events in order."""
+    Job.objects.all().delete()
+    personas_type = three_teams[1].quotas.get().instance_type
+    jobs: dict[int, Job] = {}
+    for job_id, team, gpus, submitted, kind, at, reason, _ in rows:
+        if job_id not in jobs:
+            jobs[job_id] = f.make_job(three_teams[team], personas_type, gpus, submitted_at=submitted)
+        JobEvent.objects.create(job=jobs[job_id], kind=kind, at=at, reason=reason)
+    expected: dict[int, list[float]] = {}
+    ready: dict[int, datetime] = {}
+    for job_id, team, _, submitted, kind, at, _, _ in rows:
+        if kind in ("submitted", "requeued"):
+            ready[job_id] = at
+        elif kind == "started" and in_week(at):
+            wait = (at - ready.get(job_id, submitted)).total_seconds()
+            expected.setdefault(three_teams[team].pk, []).append(max(0.0, wait))
+    waits = job_waits(WEEK.start, WEEK.end)
+    assert waits == expected
+    for team_waits in waits.values():
+        assert min(team_waits) <= mean_wait(team_waits) <= max(team_waits)
+        assert p95_wait(team_waits) in team_waits

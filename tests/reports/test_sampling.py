@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 
 from allocations.models import PendingReasonSample
-from allocations.services.reports import PENDING_SAMPLE_DAYS, pending_reasons_sample
+from allocations.reports.services import PENDING_SAMPLE_DAYS, pending_reasons_sample
 from allocations.tasks import sample_pending_reasons, send_weekly_reports
 from tests import factories as f
 
@@ -59,7 +59,7 @@ def test_beat_runs_the_sampler_and_the_weekly_check(personas):
 
 def test_an_unknown_cluster_time_zone_falls_back_to_utc(personas, caplog):
     from allocations.models import Cluster
-    from allocations.services.reports import cluster_time_zone
+    from allocations.reports.services import cluster_time_zone
 
     Cluster.objects.filter(pk=1).update(time_zone="Mars/Olympus_Mons")
     assert cluster_time_zone() == "UTC"

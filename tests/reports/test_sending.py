@@ -15,8 +15,8 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from allocations.models import Membership, ReportDelivery, ReportPreference
+from allocations.reports.services import weekly_report_due, weekly_reports_send, weekly_reports_tick
 from allocations.reports.weeks import Week
-from allocations.services.reports import weekly_report_due, weekly_reports_send, weekly_reports_tick
 from tests.conftest import require_service
 from tests.reports.conftest import free_port
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from allocations.reports.services import weekly_reports_send
 from allocations.reports.weeks import Week
-from allocations.services.reports import weekly_reports_send
 from tests.conftest import PASSWORD, require_service
 
 W47 = "2026-W47"

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from allocations import policy_fields
 from allocations.choices import AuditAction
 from allocations.models import AuditEntry, Membership, Node, PriorityClass
-from allocations.services import audit
+from allocations.services import audit, memberships
 from allocations.services import policy as services
 from tests import factories as f
 
@@ -47,35 +48,63 @@ def _nothing(p: Any) -> dict[str, Any]:
 
 # (service, fields tuple, target, field, new value as passed, the audit's new_value text)
 CASES: list[tuple[Any, tuple[str, ...], Any, str, Any, str]] = [
-    (services.team_update, services.TEAM_FIELDS, _team, "name", "team-renamed", "team-renamed"),
-    (services.team_update, services.TEAM_FIELDS, _team, "display_name", "The A team", "The A team"),
-    (services.team_update, services.TEAM_FIELDS, _team, "active", False, "no"),
-    (services.team_update, services.TEAM_FIELDS, _team, "fair_share_weight", 7, "7"),
-    (services.team_update, services.TEAM_FIELDS, _team, "sharing", "dont-lend", "dont-lend"),
+    (services.team_update, policy_fields.TEAM_FIELDS, _team, "name", "team-renamed", "team-renamed"),
+    (services.team_update, policy_fields.TEAM_FIELDS, _team, "display_name", "The A team", "The A team"),
+    (services.team_update, policy_fields.TEAM_FIELDS, _team, "active", False, "no"),
+    (services.team_update, policy_fields.TEAM_FIELDS, _team, "fair_share_weight", 7, "7"),
+    (services.team_update, policy_fields.TEAM_FIELDS, _team, "sharing", "dont-lend", "dont-lend"),
     (
         services.team_update,
-        services.TEAM_FIELDS,
+        policy_fields.TEAM_FIELDS,
         _team,
         "preempt_team_tasks",
         "lower-or-newer-equal-priority",
         "lower-or-newer-equal-priority",
     ),
-    (services.team_update, services.TEAM_FIELDS, _team, "reclaim", "lower-priority", "lower-priority"),
-    (services.team_update, services.TEAM_FIELDS, _team, "preempt_while_borrowing", "never", "never"),
-    (services.team_update, services.TEAM_FIELDS, _team, "preempt_while_borrowing_max_priority", 50, "50"),
-    (services.team_quota_set, services.QUOTA_FIELDS, _quota, "quota", 4, "4"),
-    (services.team_quota_set, services.QUOTA_FIELDS, _quota, "borrow_limit_kind", "unlimited", "unlimited"),
-    (services.team_quota_set, services.QUOTA_FIELDS, _quota, "borrow_limit_percent", 30, "30"),
-    (services.team_quota_set, services.QUOTA_FIELDS, _quota, "lend_limit", 3, "3"),
-    (services.node_update, services.NODE_FIELDS, _node, "name", "node-renamed", "node-renamed"),
-    (services.node_update, services.NODE_FIELDS, _node, "gpus", 4, "4"),
-    (services.node_update, services.NODE_FIELDS, _node, "state", "draining", "draining"),
-    (services.node_update, services.NODE_FIELDS, _node, "reason", "maintenance", "maintenance"),
-    (services.instance_type_update, services.INSTANCE_TYPE_FIELDS, _instance_type, "name", "ml.x", "ml.x"),
-    (services.instance_type_update, services.INSTANCE_TYPE_FIELDS, _instance_type, "gpus_per_node", 16, "16"),
+    (services.team_update, policy_fields.TEAM_FIELDS, _team, "reclaim", "lower-priority", "lower-priority"),
+    (services.team_update, policy_fields.TEAM_FIELDS, _team, "preempt_while_borrowing", "never", "never"),
+    (
+        services.team_update,
+        policy_fields.TEAM_FIELDS,
+        _team,
+        "preempt_while_borrowing_max_priority",
+        50,
+        "50",
+    ),
+    (services.team_quota_set, policy_fields.QUOTA_FIELDS, _quota, "quota", 4, "4"),
+    (
+        services.team_quota_set,
+        policy_fields.QUOTA_FIELDS,
+        _quota,
+        "borrow_limit_kind",
+        "unlimited",
+        "unlimited",
+    ),
+    (services.team_quota_set, policy_fields.QUOTA_FIELDS, _quota, "borrow_limit_percent", 30, "30"),
+    (services.team_quota_set, policy_fields.QUOTA_FIELDS, _quota, "lend_limit", 3, "3"),
+    (services.node_update, policy_fields.NODE_FIELDS, _node, "name", "node-renamed", "node-renamed"),
+    (services.node_update, policy_fields.NODE_FIELDS, _node, "gpus", 4, "4"),
+    (services.node_update, policy_fields.NODE_FIELDS, _node, "state", "draining", "draining"),
+    (services.node_update, policy_fields.NODE_FIELDS, _node, "reason", "maintenance", "maintenance"),
     (
         services.instance_type_update,
-        services.INSTANCE_TYPE_FIELDS,
+        policy_fields.INSTANCE_TYPE_FIELDS,
+        _instance_type,
+        "name",
+        "ml.x",
+        "ml.x",
+    ),
+    (
+        services.instance_type_update,
+        policy_fields.INSTANCE_TYPE_FIELDS,
+        _instance_type,
+        "gpus_per_node",
+        16,
+        "16",
+    ),
+    (
+        services.instance_type_update,
+        policy_fields.INSTANCE_TYPE_FIELDS,
         _instance_type,
         "price_per_gpu_hour",
         Decimal("2.5"),
@@ -83,7 +112,7 @@ CASES: list[tuple[Any, tuple[str, ...], Any, str, Any, str]] = [
     ),
     (
         services.instance_type_update,
-        services.INSTANCE_TYPE_FIELDS,
+        policy_fields.INSTANCE_TYPE_FIELDS,
         _instance_type,
         "description",
         "H100",
@@ -91,28 +120,35 @@ CASES: list[tuple[Any, tuple[str, ...], Any, str, Any, str]] = [
     ),
     (
         services.priority_class_update,
-        services.PRIORITY_CLASS_FIELDS,
+        policy_fields.PRIORITY_CLASS_FIELDS,
         _priority_class,
         "name",
         "renamed",
         "renamed",
     ),
-    (services.priority_class_update, services.PRIORITY_CLASS_FIELDS, _priority_class, "weight", 3, "3"),
+    (services.priority_class_update, policy_fields.PRIORITY_CLASS_FIELDS, _priority_class, "weight", 3, "3"),
     (
         services.priority_class_update,
-        services.PRIORITY_CLASS_FIELDS,
+        policy_fields.PRIORITY_CLASS_FIELDS,
         _priority_class,
         "description",
         "d",
         "d",
     ),
-    (services.membership_update, services.MEMBERSHIP_FIELDS, _membership, "role", "viewer", "viewer"),
-    (services.membership_update, services.MEMBERSHIP_FIELDS, _membership, "weekly_report", False, "no"),
-    (services.cluster_update, services.CLUSTER_FIELDS, _nothing, "name", "gpu-west", "gpu-west"),
-    (services.cluster_update, services.CLUSTER_FIELDS, _nothing, "time_zone", "Europe/Paris", "Europe/Paris"),
+    (memberships.membership_update, memberships.MEMBERSHIP_FIELDS, _membership, "role", "viewer", "viewer"),
+    (memberships.membership_update, memberships.MEMBERSHIP_FIELDS, _membership, "weekly_report", False, "no"),
+    (services.cluster_update, policy_fields.CLUSTER_FIELDS, _nothing, "name", "gpu-west", "gpu-west"),
     (
         services.cluster_update,
-        services.CLUSTER_FIELDS,
+        policy_fields.CLUSTER_FIELDS,
+        _nothing,
+        "time_zone",
+        "Europe/Paris",
+        "Europe/Paris",
+    ),
+    (
+        services.cluster_update,
+        policy_fields.CLUSTER_FIELDS,
         _nothing,
         "backend_settings",
         {"seed": 7},
@@ -120,7 +156,7 @@ CASES: list[tuple[Any, tuple[str, ...], Any, str, Any, str]] = [
     ),
     (
         services.cluster_policy_update,
-        services.CLUSTER_POLICY_FIELDS,
+        policy_fields.CLUSTER_POLICY_FIELDS,
         _nothing,
         "idle_allocation",
         "first-come-first-serve",
@@ -128,7 +164,7 @@ CASES: list[tuple[Any, tuple[str, ...], Any, str, Any, str]] = [
     ),
     (
         services.cluster_policy_update,
-        services.CLUSTER_POLICY_FIELDS,
+        policy_fields.CLUSTER_POLICY_FIELDS,
         _nothing,
         "task_ranking",
         "first-come-first-serve",
@@ -136,7 +172,7 @@ CASES: list[tuple[Any, tuple[str, ...], Any, str, Any, str]] = [
     ),
     (
         services.cluster_policy_update,
-        services.CLUSTER_POLICY_FIELDS,
+        policy_fields.CLUSTER_POLICY_FIELDS,
         _nothing,
         "share_unallocated",
         False,
@@ -144,7 +180,7 @@ CASES: list[tuple[Any, tuple[str, ...], Any, str, Any, str]] = [
     ),
     (
         services.cluster_policy_update,
-        services.CLUSTER_POLICY_FIELDS,
+        policy_fields.CLUSTER_POLICY_FIELDS,
         _nothing,
         "queueing",
         "strict-fifo",

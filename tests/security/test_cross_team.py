@@ -214,3 +214,30 @@ def test_pages_of_our_own_do_not_show_their_jobs(personas, theirs, url):
     response = signed_in(personas.member).get(url)
     assert response.status_code == 200
     assert b"secret-b" not in response.content
+
+
+def test_the_event_filter_cannot_tell_their_job_from_a_missing_one(personas, theirs):
+    """``?job=<id>`` answers the same for another team's job as for an id that does not exist,
+    so the filter cannot be used to probe which job ids exist."""
+    client = api_as(personas.member)
+    theirs_answer = client.get(f"/api/v1/job-events/?job={theirs['job'].pk}")
+    missing_answer = client.get("/api/v1/job-events/?job=999999")
+    assert theirs_answer.status_code == missing_answer.status_code == 400
+    assert theirs_answer.json() == {"job": [f"No job you can see has the id {theirs['job'].pk}."]}
+    assert missing_answer.json() == {"job": ["No job you can see has the id 999999."]}
+    # The filter still works on a job of one's own team.
+    mine = f.make_job(personas.team, personas.instance_type, 1, submitter=personas.member)
+    JobEvent.objects.create(job=mine, kind=JobEventKind.SUBMITTED, at=mine.submitted_at, message="a event")
+    rows = client.get(f"/api/v1/job-events/?job={mine.pk}").json()["results"]
+    assert [row["message"] for row in rows] == ["a event"]
+
+
+def test_the_usage_filter_cannot_tell_an_outsider_which_instance_types_exist(personas):
+    """Someone with no team reads no cluster facts: a real instance type is as unknown to them
+    as a made-up one."""
+    client = api_as(personas.outsider)
+    real = client.get("/api/v1/usage/?instance_type=ml.p5.48xlarge")
+    made_up = client.get("/api/v1/usage/?instance_type=ml.p6.48xlarge")
+    assert real.status_code == made_up.status_code == 400
+    assert real.json() == {"instance_type": ["No instance type is called 'ml.p5.48xlarge'."]}
+    assert made_up.json() == {"instance_type": ["No instance type is called 'ml.p6.48xlarge'."]}

@@ -1,6 +1,7 @@
 """The Content-Security-Policy in a real browser (Chromium): every page loads with no CSP
 violation and no script error, Plotly draws the dashboards' charts under ``script-src 'self'``
-(no 'unsafe-eval'), and a confirmation that used to be an inline ``onsubmit`` still asks."""
+(no 'unsafe-eval'), and a confirmation (static/js/confirm.js, from ``data-confirm``, no inline
+handler) still asks."""
 
 from __future__ import annotations
 
@@ -126,8 +127,8 @@ def test_plotly_draws_the_dashboards_without_unsafe_eval(live_server, page, clus
 
 
 def test_a_delete_still_asks_for_confirmation(live_server, page, cluster) -> None:  # type: ignore[no-untyped-def]
-    """The console's delete buttons asked through an inline onsubmit, which the policy blocks;
-    static/js/confirm.js asks from data-confirm instead. Dismissing keeps the row."""
+    """The policy blocks inline onsubmit handlers, so the console's delete buttons ask through
+    static/js/confirm.js, from data-confirm. Dismissing keeps the row."""
     errors = watch(page)
     login(page, live_server, cluster.cluster_admin)
     priority_class = PriorityClass.objects.order_by("weight").first()

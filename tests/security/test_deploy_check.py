@@ -41,10 +41,12 @@ def test_check_deploy_is_clean_under_production_settings(tmp_path):
 
 
 def test_check_deploy_flags_the_base_settings(tmp_path):
-    """The same check fails on the development settings: the test above can fail."""
-    env = {**PRODUCTION_ENV, "DJANGO_SETTINGS_MODULE": "gpugov_site.settings.base"}
+    """The same check fails on the development settings (`make run`'s, DEBUG on): the test
+    above can fail."""
+    env = {**PRODUCTION_ENV, "DJANGO_SETTINGS_MODULE": "gpugov_site.settings.base", "DJANGO_DEBUG": "1"}
     result = run_manage("check", "--deploy", "--fail-level", "WARNING", GPUGOV_VAR_DIR=str(tmp_path), **env)
     assert result.returncode != 0
+    assert "security.W018" in result.stderr + result.stdout  # DEBUG on
     assert "security.W004" in result.stderr + result.stdout  # no HSTS
 
 

@@ -1,13 +1,15 @@
-"""Job and membership services: submission rules (POLICY.md sections 1 and 2), events, cycles
-requested on commit, cancel/resubmit, and team membership with its audit trail."""
+"""Job services: submission rules (POLICY.md sections 1 and 2), events, cycles requested on
+commit, cancel/resubmit (memberships: tests/services/test_memberships.py)."""
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
 
-from allocations.choices import JobEventKind, JobState, Role
-from allocations.models import AuditEntry, Job, JobEvent, Membership, TeamQuota
+from allocations.choices import JobEventKind, JobState
+from allocations.models import Job, JobEvent, TeamQuota
 from allocations.services import jobs as services
 from tests import factories as f
 
@@ -145,8 +147,8 @@ def test_resubmit_copies_an_ended_job_into_a_new_pending_one(personas):
         priority_class=personas.priority_classes["training"],
         name="again",
     )
-    new = services.job_resubmit(user=personas.member, job=old)
-    assert new.pk != old.pk
+    new, created = services.job_resubmit(user=personas.member, job=old)
+    assert created and new.pk != old.pk
     assert (new.state, new.gpus, new.command, new.image, new.requested_duration, new.priority_class.name) == (
         JobState.PENDING,
         2,
@@ -165,55 +167,86 @@ def test_a_pending_job_cannot_be_resubmitted(personas):
     assert Job.objects.count() == 1
 
 
-# --- Memberships ------------------------------------------------------------------------------
-def test_membership_add_is_audited(personas):
-    user = f.make_user("newcomer")
-    membership = services.membership_add(
-        actor=personas.team_admin, team=personas.team, user=user, role=Role.VIEWER
+def test_cancel_a_running_job_ends_it_as_the_loop_ends_a_finished_one(personas):
+    """Cancelling frees the job's nodes at once, as the loop frees those of a job that finished
+    (one function ends both): the row keeps no nodes, the event says where it ran, and the
+    loop's next cycle stops it in the backend and gives its GPUs to the job waiting for them."""
+    from django.utils import timezone
+
+    from allocations.models import SimulatedJob
+    from allocations.services.loop import run_allocation_cycle
+
+    now = timezone.now()
+    cancelled, waiting = (
+        f.make_job(
+            personas.team, personas.instance_type, 8, name=name, requested_duration=3600, submitted_at=at
+        )
+        for name, at in [("cancelled", now), ("waiting", now + timedelta(seconds=1))]
     )
-    assert membership.role == Role.VIEWER
-    entry = AuditEntry.objects.get()
-    assert (entry.action, entry.actor, entry.object_repr) == (
-        "create",
-        personas.team_admin,
-        "newcomer in team-a",
-    )
+    run_allocation_cycle(trigger="test")
+    cancelled.refresh_from_db()
+    assert cancelled.state == JobState.RUNNING and cancelled.nodes
+    ran_on = cancelled.nodes
+
+    services.job_cancel(user=personas.member, job=cancelled)
+
+    cancelled.refresh_from_db()
+    assert (cancelled.state, cancelled.nodes) == (JobState.CANCELLED, [])
+    assert cancelled.finished_at is not None and cancelled.finished_at >= cancelled.started_at
+    event = cancelled.events.get(kind=JobEventKind.CANCELLED)
+    assert (event.at, event.nodes) == (cancelled.finished_at, ran_on)
+    run_allocation_cycle(trigger="test")
+    assert SimulatedJob.objects.get(job_id=str(cancelled.pk)).state == "cancelled"
+    waiting.refresh_from_db()
+    assert waiting.state == JobState.RUNNING and waiting.nodes
+    # The loop ends a finished job the same way: end time, nodes cleared, event with its nodes.
+    ran_on = waiting.nodes
+    SimulatedJob.objects.filter(job_id=str(waiting.pk)).update(ends_at=waiting.started_at)
+    run_allocation_cycle(trigger="test")
+    waiting.refresh_from_db()
+    assert (waiting.state, waiting.nodes, waiting.finished_at) == (JobState.FINISHED, [], waiting.started_at)
+    assert waiting.events.get(kind=JobEventKind.FINISHED).nodes == ran_on
 
 
-def test_membership_add_refuses_a_second_membership(personas):
+def test_a_resubmit_with_a_key_used_before_returns_the_job_that_key_made(personas):
+    old = f.make_job(personas.team, personas.instance_type, 2, state=JobState.FAILED, command="x")
+    first, created = services.job_resubmit(user=personas.member, job=old, idempotency_key="click-1")
+    again, created_again = services.job_resubmit(user=personas.member, job=old, idempotency_key="click-1")
+    assert (created, created_again) == (True, False) and again == first
+    assert first.idempotency_key == "click-1"
+    # Another key, or the same key of another user, is another resubmit.
+    other, _ = services.job_resubmit(user=personas.member, job=old, idempotency_key="click-2")
+    theirs, _ = services.job_resubmit(user=personas.team_admin, job=old, idempotency_key="click-1")
+    assert len({first.pk, other.pk, theirs.pk}) == 3
+    assert Job.objects.filter(state=JobState.PENDING).count() == 3
+
+
+def test_a_key_reused_for_another_job_is_refused(personas):
+    old = f.make_job(personas.team, personas.instance_type, 2, state=JobState.FAILED, command="x")
+    different = f.make_job(personas.team, personas.instance_type, 4, state=JobState.FINISHED, command="y")
+    services.job_resubmit(user=personas.member, job=old, idempotency_key="k")
     with pytest.raises(ValidationError) as caught:
-        services.membership_add(actor=personas.team_admin, team=personas.team, user=personas.member)
-    assert "user" in caught.value.message_dict
+        services.job_resubmit(user=personas.member, job=different, idempotency_key="k")
+    assert "not a copy" in caught.value.message_dict["idempotency_key"][0]
+    assert Job.objects.filter(state=JobState.PENDING).count() == 1
 
 
-def test_membership_set_role_is_audited_with_old_and_new(personas):
-    membership = Membership.objects.get(user=personas.member, team=personas.team)
-    services.membership_set_role(actor=personas.team_admin, membership=membership, role=Role.TEAM_ADMIN)
-    entry = AuditEntry.objects.get()
-    assert (entry.field, entry.old_value, entry.new_value) == ("role", "member", "team-admin")
-
-
-def test_membership_set_role_refuses_an_unknown_role(personas):
-    membership = Membership.objects.get(user=personas.member, team=personas.team)
+@pytest.mark.parametrize("key", ["", "x" * 256, "tab\there", "caf\u00e9"])
+def test_a_bad_idempotency_key_is_refused_by_name(personas, key):
+    old = f.make_job(personas.team, personas.instance_type, 2, state=JobState.FAILED, command="x")
     with pytest.raises(ValidationError) as caught:
-        services.membership_set_role(actor=personas.team_admin, membership=membership, role="boss")
-    assert "boss" in " ".join(caught.value.message_dict["role"])
+        services.job_resubmit(user=personas.member, job=old, idempotency_key=key)
+    assert "idempotency_key" in caught.value.message_dict
+    assert not Job.objects.filter(state=JobState.PENDING).exists()
 
 
-def test_the_last_team_admin_can_be_neither_demoted_nor_removed(personas):
-    membership = Membership.objects.get(user=personas.team_admin, team=personas.team)
-    with pytest.raises(ValidationError):
-        services.membership_set_role(actor=personas.cluster_admin, membership=membership, role=Role.MEMBER)
-    with pytest.raises(ValidationError):
-        services.membership_remove(actor=personas.cluster_admin, membership=membership)
-    membership.refresh_from_db()
-    assert membership.role == Role.TEAM_ADMIN
+def test_the_key_is_unique_per_submitter_in_the_database(personas):
+    """What the race rests on: a second row with the same submitter and key cannot be inserted,
+    whatever the code path; jobs without a key are not limited."""
+    from django.db import IntegrityError, transaction
 
-
-def test_membership_remove_keeps_the_users_jobs_with_the_team(personas):
-    job = submit(personas)
-    membership = Membership.objects.get(user=personas.member, team=personas.team)
-    services.membership_remove(actor=personas.team_admin, membership=membership)
-    assert not Membership.objects.filter(pk=membership.pk).exists()
-    assert Job.objects.get(pk=job.pk).team == personas.team
-    assert AuditEntry.objects.get().action == "delete"
+    f.make_job(personas.team, personas.instance_type, 1, submitter=personas.member, idempotency_key="k")
+    f.make_job(personas.team, personas.instance_type, 1, submitter=personas.member)
+    f.make_job(personas.team, personas.instance_type, 1, submitter=personas.member)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        f.make_job(personas.team, personas.instance_type, 1, submitter=personas.member, idempotency_key="k")

@@ -266,22 +266,6 @@ def test_cluster_policy_update_audits_the_change(personas):
     )
 
 
-def test_membership_services(personas):
-    membership = policy.membership_create(
-        actor=None, team=personas.other_team, user=personas.member, role="viewer"
-    )
-    with pytest.raises(ValidationError) as excinfo:
-        policy.membership_create(actor=None, team=personas.other_team, user=personas.member)
-    assert "bob is already a member of team-b." in field_errors(excinfo)["user"]
-    policy.membership_update(actor=None, membership=membership, role="team-admin")
-    entry = AuditEntry.objects.get(object_type="membership", action="update")
-    assert (entry.old_value, entry.new_value) == ("viewer", "team-admin")
-    with pytest.raises(ValidationError):
-        policy.membership_update(actor=None, membership=membership, role="owner")
-    policy.membership_delete(actor=None, membership=membership)
-    assert not personas.other_team.memberships.filter(user=personas.member).exists()
-
-
 def test_a_committed_change_requests_an_allocation_cycle(personas, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks() as callbacks:
         policy.team_quota_set(actor=None, team=personas.team, instance_type=personas.instance_type, quota=4)

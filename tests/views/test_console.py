@@ -286,6 +286,8 @@ def test_a_team_is_saved_whole_or_not_at_all(personas, admin, monkeypatch):
 
 
 def test_members_are_added_changed_and_removed(personas, admin):
+    # olga too is a team admin of team-b, so that bob may go (a team keeps one).
+    Membership.objects.filter(user=personas.other_member).update(role="team-admin")
     url = reverse("allocations:member_add", kwargs={"name": "team-b"})
     admin.post(url, {"username": "bob", "role": "viewer", "weekly_report": "on"})
     membership = Membership.objects.get(team=personas.other_team, user=personas.member)
@@ -303,6 +305,11 @@ def test_members_are_added_changed_and_removed(personas, admin):
         ("membership", "update"),  # weekly_report was unticked in the role form
         ("membership", "delete"),
     ]
+    last = Membership.objects.get(user=personas.other_member)
+    update = reverse("allocations:member_update", kwargs={"name": "team-b", "pk": last.pk})
+    response = admin.post(update, {"action": "remove"}, follow=True)
+    assert "olga is the last team admin of team-b." in response.content.decode()
+    assert Membership.objects.filter(pk=last.pk).exists()
 
 
 def test_priority_class_form(personas, admin):

@@ -1,5 +1,5 @@
-"""An unreachable database answers 503 with Retry-After, not a bare 500 (found by the chaos run:
-pages and API calls failed with Django's 500 page while PostgreSQL restarted)."""
+"""An unreachable database answers 503 with Retry-After, not a bare 500 (the chaos run restarts
+PostgreSQL and counts any 500 as a failure)."""
 
 from __future__ import annotations
 

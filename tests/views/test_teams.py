@@ -320,3 +320,39 @@ def test_adding_someone_already_in_the_team_is_an_error_on_the_username(personas
     html = response.content.decode()
     assert "already a member of team-a" in html
     assert Membership.objects.get(user=personas.member).role == "member"
+
+
+def _username_errors(html: str) -> list[str]:
+    return [
+        re.sub(r"\s+", " ", e).strip()
+        for e in re.findall(r'<ul class="errorlist[^"]*"[^>]*>(.*?)</ul>', html, re.S)
+    ]
+
+
+def test_a_team_admin_cannot_add_staff_and_cannot_tell_them_from_unknown_names(personas):
+    """Staff, superusers and deactivated accounts are not a team admin's to add, and the answer
+    is word for word the one for a name nobody has: the form tells no one which names exist."""
+    root = f.make_user("root")  # a superuser need not be staff
+    root.is_superuser = True
+    root.save()
+    gone = f.make_user("gone")
+    gone.is_active = False
+    gone.save()
+    client = client_for(personas.team_admin)
+    answers = {}
+    for name in ("admin", "root", "gone", "ghost"):
+        response = client.post("/teams/team-a/members/", {"username": name, "role": "member"})
+        assert response.status_code == 400, name
+        answers[name] = _username_errors(response.content.decode().replace(name, "NAME"))
+    assert answers["ghost"] == ["<li>No user called &#x27;NAME&#x27; can be added to this team.</li>"]
+    assert answers["admin"] == answers["root"] == answers["gone"] == answers["ghost"]
+    assert not Membership.objects.filter(user__username__in=answers).exists()
+
+
+def test_a_cluster_admin_adds_staff_to_a_team_from_its_page(personas):
+    f.make_user("operator", staff=True)
+    response = client_for(personas.cluster_admin).post(
+        "/teams/team-a/members/", {"username": "operator", "role": "viewer"}
+    )
+    assert response.status_code == 302
+    assert Membership.objects.get(user__username="operator").role == "viewer"

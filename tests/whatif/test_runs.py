@@ -306,8 +306,8 @@ def personas_client(personas):
 @pytest.mark.parametrize("step", [0, 60])
 def test_runs_that_end_as_the_window_opens_leave_it_and_overdue_runs_go_on(week, step):
     """A run that ends at the window's start (or within a step of it, on a grid) is not in the
-    window; one still running past its requested duration runs on in it. Either used to make
-    the window's scenario invalid (a run that would end before the simulation starts)."""
+    window; one still running past its requested duration runs on in it. Otherwise either would
+    make the window's scenario invalid (a run that would end before the simulation starts)."""
 
     personas = week.personas
 

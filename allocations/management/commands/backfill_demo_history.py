@@ -11,11 +11,19 @@ between borrowers by fair-share weight up to their borrow limits; the engine's o
    samples, then rolled up by ``services.history`` (so hours are the sums of their minutes).
 2. Older days are stepped every ``--old-step`` minutes and written directly as hour rollups
    (each step stands for its minutes), then rolled up into days.
-3. Finished jobs are written too (``backfill-`` names). In the minute window they are the
-   demand itself: each team's wanted GPUs on a type are jobs of its size, submitted as the
-   demand rises, started first come first served as its allocation allows, each running 10
-   minutes to 6 hours; so the wait-time charts and a what-if replay of that window see the
-   load the capacity history shows. Before the window, a sample of jobs for the wait charts.
+3. Finished jobs are written too (``backfill-`` names), with the JobEvent rows the loop would
+   have written (submitted, started, preempted, requeued, finished). They are the demand
+   itself: each team's wanted GPUs on a type are jobs of its size, submitted as the demand
+   rises, started first come first served as its allocation allows, each running 10 minutes
+   to 6 hours. The preemptions the history counts are these jobs' preemptions: the newest
+   runs are cut short and wait again, each preempted by the next job to start on that type
+   (of its own team for in-team, of another team otherwise). So the weekly reports, the
+   dashboards and a what-if replay, which read jobs and events, see the load the capacity
+   history shows.
+4. Pending reasons are sampled as ``reports.services`` samples them (every 5 minutes in the
+   minute window, every step before it), from the history's pending jobs, with the reason the
+   simplified allocator had for each team: under its quota (``waiting-for-quota``), held at
+   its borrow limit (``borrow-limit``) or no idle GPUs to borrow (``no-idle-capacity``).
 Running it again replaces the history of the period (and the earlier ``backfill-`` jobs).
 The history ends now, or at ``--end``: the same seed and end give the same history (the demand
 follows the hour of the day and the day of the week, so the end matters as much as the seed).
@@ -27,7 +35,7 @@ import math
 import random
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,18 +45,21 @@ from django.db import connection, models, transaction
 from django.utils import timezone
 
 from allocations import engine
-from allocations.choices import JobState
+from allocations.choices import JobEventKind, JobState
 from allocations.engine.accounting import account
 from allocations.models import (
     CapacityMinute,
     CapacityRollup,
     InstanceType,
     Job,
+    JobEvent,
+    PendingReasonSample,
     PriorityClass,
     Team,
     TeamUsageMinute,
     TeamUsageRollup,
 )
+from allocations.reports.services import PENDING_SAMPLE_DAYS, PENDING_SAMPLE_MINUTES
 from allocations.selectors.snapshot import build_snapshot
 from allocations.services import history
 
@@ -74,6 +85,12 @@ CAPACITY_COLUMNS = [
     "idle_while_waiting",
 ]
 FLOAT_SUMS = ("lent_gpu_minutes", "idle_quota_gpu_minutes")
+# A preemption names as its preemptor a job that started on the type within this many seconds
+# (or by the next step, before the minute window), as the loop starts it in the same cycle.
+PREEMPTOR_WINDOW_S = 15 * 60
+PREEMPTED_COLUMNS = tuple(history.PREEMPTION_FIELDS.values())
+REASON_COLUMNS = ["at", "team_id", "instance_type_id", "code", "jobs", "gpus", "minutes"]
+EVENT_COLUMNS = ["job_id", "kind", "at", "nodes", "reason", "preemptor_id", "message"]
 
 
 def db_time(moment: datetime) -> Any:
@@ -94,15 +111,29 @@ def insert_rows(model: type[models.Model], columns: list[str], rows: list[tuple[
             cursor.executemany(sql, rows[i : i + 10000])
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
+class DemandEvent:
+    """A start, preemption or requeue of a demand job (a JobEvent row once written); a
+    preemption's preemptor is named once a job starts in its place (``_name_preemptors``)."""
+
+    at: float
+    kind: str
+    reason: str = ""
+    preemptor: DemandJob | None = None
+
+
+@dataclass(slots=True, eq=False)
 class DemandJob:
-    """One job of the synthetic demand: submitted, started (None while it waits), its run."""
+    """One job of the synthetic demand: submitted, started (None while it waits), its run, and
+    what happened to it since its submission."""
 
     submit: float
     gpus: int
     run_s: float
     priority_id: int | None
     start: float | None = None
+    events: list[DemandEvent] = field(default_factory=list)
+    preempted_at: float | None = None
 
 
 @dataclass
@@ -226,6 +257,7 @@ class Command(BaseCommand):
         CapacityMinute.objects.filter(minute__gte=start, minute__lte=end).delete()
         TeamUsageRollup.objects.filter(start__gte=history.floor_day(start)).delete()
         CapacityRollup.objects.filter(start__gte=history.floor_day(start)).delete()
+        PendingReasonSample.objects.filter(at__gte=start, at__lte=end).delete()
         if jobs:
             Job.objects.filter(name__startswith=JOB_PREFIX, state=JobState.FINISHED).delete()
 
@@ -261,10 +293,13 @@ class Workload:
                 sizes = [g for g in (1, 2, 4, 8) if g <= max(1, gpus_per_node[name])]
                 self.demand[(team.name, name)] = Demand(base, rng.uniform(-3, 3), job_gpus=rng.choice(sizes))
         self.previous_borrowed: dict[tuple[str, str], int] = defaultdict(int)
-        self.busy: list[tuple[float, str, str, float, int]] = []  # (t, team, type, pending, used)
-        # The demand as jobs (minute window only), with a generator of its own so that the
-        # capacity history is the same with or without them.
-        self.tracking = False
+        self.previous_own: dict[tuple[str, str], int] = defaultdict(int)
+        # Per instance type, the preemptions whose preemptor has not started yet: (team, event).
+        self.unnamed: dict[str, list[tuple[str, DemandEvent]]] = defaultdict(list)
+        # Why each team's jobs wait at the current step (the pending reason samples).
+        self.reasons: dict[tuple[str, str], str] = {}
+        # The demand as jobs, with a generator of its own so that the capacity history is the
+        # same with or without them written.
         self.job_rng = random.Random(rng.random())
         self.open: dict[tuple[str, str], list[DemandJob]] = defaultdict(list)
         self.type_running: dict[str, int] = defaultdict(int)  # GPUs the demand's jobs hold
@@ -299,6 +334,9 @@ class Workload:
                 own = {k: math.floor(v * scale) for k, v in own.items()}
                 within = sum(own.values())
             extra = share_idle(capacity - within, wants, weights)
+            # Every team's jobs give back their GPUs before any team's start, as in one cycle.
+            admit: list[tuple[tuple[str, str], int, int, int]] = []
+            grown = {t: max(0, own[t] - self.previous_own[(t, name)]) for t in own}
             for team_name in own:
                 key = (team_name, name)
                 d = self.demand[key]
@@ -309,8 +347,10 @@ class Workload:
                 pending[key] = (waiting, math.ceil(waiting / d.job_gpus))
                 borrowed = max(0, u - self.quotas[key])
                 counts: dict[str, int] = {}
-                # Borrowed GPUs given back while others' in-quota use grew: reclaimed jobs.
-                drop = self.previous_borrowed[key] - borrowed
+                # Borrowed GPUs given back while others' in-quota use grew: reclaimed jobs (a
+                # borrower whose own demand fell gives GPUs back without a preemption).
+                others_grew = sum(grown.values()) - grown[team_name]
+                drop = min(self.previous_borrowed[key] - borrowed, others_grew)
                 if drop >= d.job_gpus:  # whole jobs only: minute-to-minute jitter preempts nothing
                     counts["reclaim"] = drop // d.job_gpus
                 if waiting and self.rng.random() < 0.01 * step_minutes:
@@ -320,10 +360,19 @@ class Workload:
                 if counts:
                     preempted[key] = counts
                 self.previous_borrowed[key] = borrowed
-                if self.rng.random() < 0.003 * step_minutes and not self.tracking:
-                    self.busy.append((t, team_name, name, waiting / max(1, u + waiting), d.job_gpus))
-                if self.tracking:
-                    self._track(key, t, want, u, d.job_gpus)
+                self.previous_own[key] = own[team_name]
+                if u < self.quotas[key]:
+                    self.reasons[key] = engine.PendingCode.WAITING_FOR_QUOTA.value
+                elif want - own[team_name] > caps[team_name]:
+                    self.reasons[key] = engine.PendingCode.BORROW_LIMIT.value
+                else:
+                    self.reasons[key] = engine.PendingCode.NO_IDLE_CAPACITY.value
+                self._release(key, t, counts)
+                admit.append((key, want, u, d.job_gpus))
+            starting: dict[str, list[DemandJob]] = defaultdict(list)
+            for key, want, u, gpus in admit:
+                self._admit(key, t, want, u, gpus, starting)
+            self._name_preemptors(name, t, step_minutes, starting)
         accounting = account(
             instance_types=self.types,
             capacity=self.capacity,
@@ -334,13 +383,11 @@ class Workload:
         )
         return accounting, preempted
 
-    def _track(self, key: tuple[str, str], t: float, want: int, used: int, gpus: int) -> None:
-        """The demand of one team on one type at ``t`` as jobs: ended ones leave, new ones come
-        while the jobs fall short of ``want``, and waiting ones start in submit order while the
-        allocation ``used`` and the type's capacity have room. A running job runs to its end:
-        when the allocation dips (its minute-to-minute noise), the team's jobs hold a little
-        more than it for a while, never more than the capacity."""
-        rng = self.job_rng
+    def _release(self, key: tuple[str, str], t: float, counts: dict[str, int]) -> None:
+        """The jobs of one team on one type that stop at ``t``: ended ones leave, and the newest
+        runs are preempted as ``counts`` says, lowered to the jobs there are to preempt so that
+        the history counts exactly the preemptions its jobs record. A preempted job waits again
+        with its submission kept (POLICY.md section 4), its run to do again."""
         name = key[1]
         kept = []
         for job in self.open[key]:
@@ -349,6 +396,39 @@ class Workload:
                 self.type_running[name] -= job.gpus
             else:
                 kept.append(job)
+        self.open[key] = kept
+        if not counts:
+            return
+        newest = sorted((job for job in kept if job.start is not None), key=lambda job: -(job.start or 0))
+        for reason in sorted(counts):
+            taken = newest[: counts[reason]]
+            del newest[: counts[reason]]
+            counts[reason] = len(taken)
+            for job in taken:
+                job.start, job.preempted_at = None, t
+                self.type_running[name] -= job.gpus
+                preemption = DemandEvent(t, JobEventKind.PREEMPTED, reason)
+                job.events += [preemption, DemandEvent(t, JobEventKind.REQUEUED, reason)]
+                self.unnamed[name].append((key[0], preemption))
+
+    def _admit(
+        self,
+        key: tuple[str, str],
+        t: float,
+        want: int,
+        used: int,
+        gpus: int,
+        starting: dict[str, list[DemandJob]],
+    ) -> None:
+        """The demand of one team on one type at ``t`` as jobs: new ones come while the jobs
+        fall short of ``want``, and waiting ones start in submit order while the allocation
+        ``used`` and the type's capacity have room (a job preempted at ``t`` waits at least a
+        step). A running job runs to its end: when the allocation dips (its minute-to-minute
+        noise), the team's jobs hold a little more than it for a while, never more than the
+        capacity."""
+        rng = self.job_rng
+        name = key[1]
+        kept = self.open[key]
         total = sum(job.gpus for job in kept)
         while total < want:
             priority = rng.choice(self.priority_ids) if self.priority_ids else None
@@ -357,12 +437,33 @@ class Workload:
         busy = sum(job.gpus for job in kept if job.start is not None)
         room = self.capacity[name] - self.type_running[name]
         for job in kept:
-            if job.start is None and busy + job.gpus <= used and job.gpus <= room:
+            if job.start is None and job.preempted_at != t and busy + job.gpus <= used and job.gpus <= room:
                 job.start = t
+                job.events.append(DemandEvent(t, JobEventKind.STARTED))
+                starting[key[0]].append(job)
                 busy += job.gpus
                 room -= job.gpus
                 self.type_running[name] += job.gpus
-        self.open[key] = kept
+
+    def _name_preemptors(
+        self, name: str, t: float, step_minutes: int, starting: dict[str, list[DemandJob]]
+    ) -> None:
+        """Name the preemptor of each preemption on type ``name`` still without one: a job that
+        started at ``t``, of the same team for an in-team preemption, of another team for
+        reclaim and fair share. One that finds none within ``PREEMPTOR_WINDOW_S`` (or a step)
+        names none, as an event whose preemptor was deleted."""
+        window = max(PREEMPTOR_WINDOW_S, step_minutes * 60)
+        waiting = []
+        for team, event in self.unnamed[name]:
+            if event.reason == engine.PreemptionReason.IN_TEAM.value:
+                candidates = starting.get(team, [])
+            else:
+                candidates = [job for other, jobs in starting.items() if other != team for job in jobs]
+            if candidates:
+                event.preemptor = self.job_rng.choice(candidates)
+            elif t - event.at < window:
+                waiting.append((team, event))
+        self.unnamed[name] = waiting
 
     def _team_values(self, row: Any, preempted: dict[tuple[str, str], dict[str, int]]) -> dict[str, Any]:
         d = self.demand.get((row.team, row.instance_type))
@@ -395,16 +496,19 @@ class Workload:
 
     def minute_samples(self, start: datetime, end: datetime) -> int:
         """Step every minute of [start, end] and write minute samples; returns rows written."""
-        self.tracking = True
         team_rows: list[tuple[Any, ...]] = []
         capacity_rows: list[tuple[Any, ...]] = []
+        reason_rows: list[tuple[Any, ...]] = []
         minute = start
         while minute <= end:
             at = db_time(minute)
             accounting, preempted = self.step(minute.timestamp(), 1)
+            if minute.minute % PENDING_SAMPLE_MINUTES == 0:
+                reason_rows += self._reason_samples(minute, accounting, PENDING_SAMPLE_MINUTES)
             for row in accounting.teams:
                 values = self._team_values(row, preempted)
-                if values["quota"] or values["used"] or values["pending_gpus"] or values["lent"]:
+                # As the live sampler: a row with nothing but preemptions is written too.
+                if any(values[c] for c in ("quota", "used", "pending_gpus", "lent", *PREEMPTED_COLUMNS)):
                     ids = (at, self.team_ids[row.team], self.type_ids[row.instance_type])
                     team_rows.append((*ids, *values.values()))
             for row in accounting.instance_types:
@@ -414,7 +518,29 @@ class Workload:
         team_columns = ["minute", "team_id", "instance_type_id", *self._team_values_columns()]
         insert_rows(TeamUsageMinute, team_columns, team_rows)
         insert_rows(CapacityMinute, ["minute", "instance_type_id", *CAPACITY_COLUMNS], capacity_rows)
+        insert_rows(PendingReasonSample, REASON_COLUMNS, reason_rows)
         return len(team_rows) + len(capacity_rows)
+
+    def _reason_samples(self, moment: datetime, accounting: Any, minutes: int) -> list[tuple[Any, ...]]:
+        """The pending reason samples of one step (``reports.services.pending_reasons_sample``'s
+        rows): the history's pending jobs of each team and type, with the allocator's reason.
+        None older than the samples' retention, which the live sampler would delete."""
+        if moment < self.now - timedelta(days=PENDING_SAMPLE_DAYS):
+            return []
+        at = db_time(moment)
+        return [
+            (
+                at,
+                self.team_ids[row.team],
+                self.type_ids[row.instance_type],
+                self.reasons[(row.team, row.instance_type)],
+                row.pending_jobs,
+                row.pending_gpus,
+                minutes,
+            )
+            for row in accounting.teams
+            if row.pending_jobs and (row.team, row.instance_type) in self.reasons
+        ]
 
     @staticmethod
     def _team_values_columns() -> list[str]:
@@ -432,12 +558,15 @@ class Workload:
         capacity_columns = [*history.CAPACITY_SUMS.values(), "minutes", "peak_allocated", "peak_pending_gpus"]
         team_rows: list[tuple[Any, ...]] = []
         capacity_rows: list[tuple[Any, ...]] = []
+        reason_rows: list[tuple[Any, ...]] = []
         hour = start
         while hour < end:
             teams: dict[tuple[str, str], dict[str, float]] = {}
             types: dict[str, dict[str, float]] = {}
             for k in range(0, 60, step):
-                accounting, preempted = self.step((hour + timedelta(minutes=k)).timestamp(), step)
+                moment = hour + timedelta(minutes=k)
+                accounting, preempted = self.step(moment.timestamp(), step)
+                reason_rows += self._reason_samples(moment, accounting, step)
                 for row in accounting.teams:
                     v = self._team_values(row, preempted)
                     acc = teams.setdefault((row.team, row.instance_type), dict.fromkeys(team_columns, 0.0))
@@ -467,31 +596,22 @@ class Workload:
             TeamUsageRollup, ["period", "start", "team_id", "instance_type_id", *team_columns], team_rows
         )
         insert_rows(CapacityRollup, ["period", "start", "instance_type_id", *capacity_columns], capacity_rows)
+        insert_rows(PendingReasonSample, REASON_COLUMNS, reason_rows)
         return len(team_rows) + len(capacity_rows)
 
     def write_jobs(self) -> int:
-        """The finished jobs: the demand's jobs of the minute window (``_track``), and before
-        it, jobs at the moments sampled while stepping (the busier the team's type was, pending
-        over demand, the longer the wait)."""
+        """The demand's finished jobs (``_release``) and their events, in the order they were
+        submitted; jobs still running or waiting at the history's end are not written."""
         tz = timezone.get_current_timezone()
+
+        def moment(t: float) -> datetime:
+            return datetime.fromtimestamp(t, tz=tz)
+
+        done = sorted(self.done, key=lambda pair: pair[1].submit)
         jobs = []
-        for i, (t, team, name, busy, gpus) in enumerate(self.busy):
-            started = datetime.fromtimestamp(t, tz=tz)
-            wait = self.rng.expovariate(1 / (30 + 4 * 3600 * busy**2))
-            jobs.append(
-                Job(
-                    team_id=self.team_ids[team],
-                    instance_type_id=self.type_ids[name],
-                    name=f"{JOB_PREFIX}{team}-{i}",
-                    gpus=gpus,
-                    state=JobState.FINISHED,
-                    submitted_at=started - timedelta(seconds=wait),
-                    started_at=started,
-                    finished_at=min(self.now, started + timedelta(seconds=self.rng.uniform(600, 6 * 3600))),
-                )
-            )
-        for i, ((team, name), job) in enumerate(self.done, start=len(jobs)):
+        for i, ((team, name), job) in enumerate(done):
             assert job.start is not None
+            preemptions = [e.at for e in job.events if e.kind == JobEventKind.PREEMPTED]
             jobs.append(
                 Job(
                     team_id=self.team_ids[team],
@@ -500,10 +620,26 @@ class Workload:
                     gpus=job.gpus,
                     priority_class_id=job.priority_id,
                     state=JobState.FINISHED,
-                    submitted_at=datetime.fromtimestamp(job.submit, tz=tz),
-                    started_at=datetime.fromtimestamp(job.start, tz=tz),
-                    finished_at=datetime.fromtimestamp(job.start + job.run_s, tz=tz),
+                    submitted_at=moment(job.submit),
+                    started_at=moment(job.start),
+                    finished_at=moment(job.start + job.run_s),
+                    preemption_count=len(preemptions),
+                    last_preempted_at=moment(preemptions[-1]) if preemptions else None,
                 )
             )
-        Job.objects.bulk_create(jobs, batch_size=5000)
+        Job.objects.bulk_create(jobs, batch_size=5000)  # sets each row's id (PostgreSQL, SQLite)
+        pk = {id(job): row.pk for (_, job), row in zip(done, jobs, strict=True)}
+        no_nodes = JobEvent._meta.get_field("nodes").get_db_prep_value([], connection)
+        events: list[tuple[Any, ...]] = []
+        for (_, job), row in zip(done, jobs, strict=True):
+            assert job.start is not None
+            history_of_job = [
+                DemandEvent(job.submit, JobEventKind.SUBMITTED),
+                *job.events,
+                DemandEvent(job.start + job.run_s, JobEventKind.FINISHED),
+            ]
+            for event in history_of_job:
+                by = pk.get(id(event.preemptor)) if event.preemptor is not None else None
+                events.append((row.pk, event.kind, db_time(moment(event.at)), no_nodes, event.reason, by, ""))
+        insert_rows(JobEvent, EVENT_COLUMNS, events)
         return len(jobs)

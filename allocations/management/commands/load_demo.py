@@ -32,7 +32,7 @@ from allocations.models import (
     PriorityClass,
     Team,
 )
-from allocations.services import policy
+from allocations.services import memberships, policy
 
 CLUSTER = {
     "name": "demo",
@@ -240,7 +240,7 @@ class Command(BaseCommand):
                     )
                     new_users += 1
                 if not Membership.objects.filter(user=user, team=team).exists():
-                    policy.membership_create(actor=None, team=team, user=user, role=role)
+                    memberships.membership_add(actor=None, team=team, user=user, role=role)
                     new_members += 1
         self._count("users", new_users)
         self._count("memberships", new_members)

@@ -10,8 +10,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from allocations.models import Team
+from allocations.reports.figures import TREND_WEEKS
+from allocations.reports.services import cluster_time_zone, weekly_reports_send
 from allocations.reports.weeks import Week
-from allocations.services.reports import cluster_time_zone, weekly_reports_send
 
 
 class Command(BaseCommand):
@@ -29,7 +30,7 @@ class Command(BaseCommand):
         now = timezone.now()
         try:
             week = (
-                Week.parse(options["week"], tz, field="--week")
+                Week.parse(options["week"], tz, field="--week", weeks_before=TREND_WEEKS - 1)
                 if options["week"]
                 else Week.last_complete(now, tz)
             )
