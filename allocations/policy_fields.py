@@ -4,13 +4,17 @@ Each tuple lists the fields of one kind of policy object that a person may set, 
 forms and previews show them. The services take them as what a write may change and what the
 audit trail records; the HyperPod and Kueue import, the what-if lab's drafts, the console's
 forms, the admin and the API's serializers take them as what they show or set. A new setting
-is added here, to its model and migration, and to the service's rules (``services/policy.py``).
+is added here, to its model and migration, to the service's rules (``services/policy.py``), and
+to ``engine_team`` below, the one mapping of a team's fields to the engine's ``Team`` (the loop's
+snapshot reads rows through it, the what-if lab reads drafts through it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from allocations import engine
 from allocations.choices import BorrowLimitKind
 
 INSTANCE_TYPE_FIELDS = ("name", "gpus_per_node", "price_per_gpu_hour", "description")
@@ -39,3 +43,37 @@ QUOTA_DEFAULTS: dict[str, Any] = {
     "borrow_limit": None,
     "lend_limit": None,
 }
+
+
+def engine_quota(values: Mapping[str, Any]) -> engine.Quota:
+    """A quota's fields (``QUOTA_FIELDS``) as the engine's Quota: the borrow limit's kind picks
+    which of the three limits is in force."""
+    kind = values["borrow_limit_kind"]
+    return engine.Quota(
+        quota=values["quota"],
+        lend_limit=values["lend_limit"],
+        borrow_limit_percent=values["borrow_limit_percent"],
+        borrow_limit=values["borrow_limit"] if kind == BorrowLimitKind.ABSOLUTE else None,
+        borrow_unlimited=kind == BorrowLimitKind.UNLIMITED,
+    )
+
+
+def engine_team(
+    name: str, settings: Mapping[str, Any], quotas: Mapping[str, Mapping[str, Any]]
+) -> engine.Team:
+    """A team as the engine sees it, from its settings (``TEAM_SETTINGS``, as stored: choice
+    values are strings) and its quotas by instance type name (``QUOTA_FIELDS``)."""
+    preempt_while_borrowing = settings["preempt_while_borrowing"]
+    return engine.Team(
+        name=name,
+        quotas={type_name: engine_quota(values) for type_name, values in quotas.items()},
+        active=settings["active"],
+        sharing=engine.Sharing(settings["sharing"]),
+        fair_share_weight=settings["fair_share_weight"],
+        preempt_team_tasks=engine.PreemptTeamTasks(settings["preempt_team_tasks"]),
+        reclaim=engine.Reclaim(settings["reclaim"]),
+        preempt_while_borrowing=(
+            engine.PreemptWhileBorrowing(preempt_while_borrowing) if preempt_while_borrowing else None
+        ),
+        preempt_while_borrowing_max_priority=settings["preempt_while_borrowing_max_priority"],
+    )

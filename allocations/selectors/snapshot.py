@@ -1,6 +1,6 @@
 """The engine's input, read from the database: ``build_snapshot(now)`` (POLICY.md section 3).
 
-The query count is constant (seven SELECTs however many jobs, teams or nodes there are): the
+The query count is constant (seven SELECTs for a cycle however many jobs, teams or nodes there are): the
 allocation loop runs it every few seconds on clusters with thousands of pending jobs.
 Ids are ``str(pk)`` and ``Job.seq`` is the primary key, the "then id" tie-break of POLICY.md;
 times are Unix seconds.
@@ -9,11 +9,14 @@ times are Unix seconds.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
 from allocations import engine
-from allocations.choices import ACTIVE_JOB_STATES, BorrowLimitKind, JobState, NodeState
+from allocations.choices import ACTIVE_JOB_STATES, JobState, NodeState
 from allocations.models import ClusterPolicy, InstanceType, Job, Node, PriorityClass, Team, TeamQuota
+from allocations.policy_fields import QUOTA_FIELDS, TEAM_SETTINGS, engine_team
 
 
 def job_id(pk: int) -> str:
@@ -30,17 +33,6 @@ def _seconds(moment: datetime | None) -> float | None:
     return None if moment is None else moment.timestamp()
 
 
-def _quota(row: TeamQuota) -> engine.Quota:
-    """A TeamQuota row as the engine's Quota: the borrow limit kind picks one of three fields."""
-    return engine.Quota(
-        quota=row.quota,
-        lend_limit=row.lend_limit,
-        borrow_limit_percent=row.borrow_limit_percent,
-        borrow_limit=row.borrow_limit if row.borrow_limit_kind == BorrowLimitKind.ABSOLUTE else None,
-        borrow_unlimited=row.borrow_limit_kind == BorrowLimitKind.UNLIMITED,
-    )
-
-
 def _policy(priority_classes: tuple[engine.PriorityClass, ...]) -> engine.ClusterPolicy:
     """The cluster policy (defaults when none is stored yet) with every priority class."""
     row = ClusterPolicy.objects.filter(cluster_id=1).first()
@@ -55,15 +47,12 @@ def _policy(priority_classes: tuple[engine.PriorityClass, ...]) -> engine.Cluste
     )
 
 
-def build_snapshot(now: datetime) -> engine.Snapshot:
-    """Everything one cycle decides from, as the engine's frozen dataclasses.
+def policy_snapshot() -> engine.Snapshot:
+    """The cluster and its policy as the engine's frozen dataclasses, with no jobs: what
+    ``engine.never_fits`` judges a new job on (six SELECTs, whatever the number of jobs).
 
-    Every node is included (only ``ready`` ones count towards capacity; jobs on a draining node
-    keep running there); every team, active or not, so that an inactive team's jobs get their
-    ``team-inactive`` reason; the running and pending jobs. ``now`` is accepted so that callers
-    pass the cycle's clock explicitly; the snapshot itself holds no "now".
-    """
-    del now  # the snapshot is a picture of the rows; the engine gets `now` separately
+    Every node is included (only ``ready`` ones count towards capacity); every team, active or
+    not, so that an inactive team's jobs get their ``team-inactive`` reason."""
     instance_types = tuple(
         engine.InstanceType(name=name, gpus_per_node=gpus)
         for name, gpus in InstanceType.objects.order_by("name").values_list("name", "gpus_per_node")
@@ -74,31 +63,33 @@ def build_snapshot(now: datetime) -> engine.Snapshot:
             "name", "instance_type__name", "gpus", "state"
         )
     )
-    quotas: dict[int, dict[str, engine.Quota]] = defaultdict(dict)
-    for row in TeamQuota.objects.select_related("instance_type").order_by("team_id", "instance_type__name"):
-        quotas[row.team_id][row.instance_type.name] = _quota(row)
+    quotas: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for row in TeamQuota.objects.values("team_id", "instance_type__name", *QUOTA_FIELDS).order_by(
+        "team_id", "instance_type__name"
+    ):
+        quotas[row["team_id"]][row["instance_type__name"]] = row
     teams = tuple(
-        engine.Team(
-            name=team.name,
-            quotas=quotas.get(team.pk, {}),
-            active=team.active,
-            sharing=engine.Sharing(team.sharing),
-            fair_share_weight=team.fair_share_weight,
-            preempt_team_tasks=engine.PreemptTeamTasks(team.preempt_team_tasks),
-            reclaim=engine.Reclaim(team.reclaim),
-            preempt_while_borrowing=(
-                engine.PreemptWhileBorrowing(team.preempt_while_borrowing)
-                if team.preempt_while_borrowing
-                else None
-            ),
-            preempt_while_borrowing_max_priority=team.preempt_while_borrowing_max_priority,
-        )
-        for team in Team.objects.order_by("name")
+        engine_team(row["name"], row, quotas.get(row["pk"], {}))
+        for row in Team.objects.order_by("name").values("pk", "name", *TEAM_SETTINGS)
     )
     priority_classes = tuple(
         engine.PriorityClass(name=name, weight=weight)
         for name, weight in PriorityClass.objects.order_by("-weight", "name").values_list("name", "weight")
     )
+    return engine.Snapshot(
+        instance_types=instance_types,
+        nodes=nodes,
+        teams=teams,
+        policy=_policy(priority_classes),
+        jobs=(),
+    )
+
+
+def build_snapshot(now: datetime) -> engine.Snapshot:
+    """Everything one cycle decides from: ``policy_snapshot()`` and the running and pending
+    jobs (jobs on a draining node keep running there). ``now`` is accepted so that callers pass
+    the cycle's clock explicitly; the snapshot itself holds no "now"."""
+    del now  # the snapshot is a picture of the rows; the engine gets `now` separately
     jobs = tuple(
         engine.Job(
             id=job_id(row["pk"]),
@@ -136,10 +127,4 @@ def build_snapshot(now: datetime) -> engine.Snapshot:
             "last_preempted_at",
         )
     )
-    return engine.Snapshot(
-        instance_types=instance_types,
-        nodes=nodes,
-        teams=teams,
-        policy=_policy(priority_classes),
-        jobs=jobs,
-    )
+    return replace(policy_snapshot(), jobs=jobs)

@@ -57,11 +57,12 @@ def check_can_ever_fit(
     *, team: Team, instance_type: InstanceType, gpus: int, priority_class: PriorityClass | None, now: datetime
 ) -> None:
     """Refuse at once a job the team could never run (POLICY.md section 2, ``exceeds-max``):
-    the engine's ``never_fits`` judges it on the current snapshot and words the limit."""
+    the engine's ``never_fits`` judges it on the teams, policy and nodes (no job is read) and
+    words the limit."""
     from allocations.engine import never_fits
-    from allocations.selectors.snapshot import build_snapshot
+    from allocations.selectors.snapshot import policy_snapshot
 
-    snapshot = build_snapshot(now)
+    snapshot = policy_snapshot()
     candidate = engine.Job(
         id="new",
         team=team.name,

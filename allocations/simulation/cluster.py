@@ -7,7 +7,7 @@ replay hands them to ``allocate`` unchanged.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -276,3 +276,53 @@ def read_team(
             "'lower-priority' is refused together with reclaim: never (POLICY.md section 1)",
         )
     return result
+
+
+def team_scenario(team: Team, types: Sequence[str]) -> dict[str, Any]:
+    """``team`` as an entry of a scenario's ``teams:`` (SCENARIO.md) over the instance types
+    ``types``, which ``read_team`` reads back as the same team there.
+
+    A scenario has one borrow percentage per team: the quotas whose percentage differs from the
+    team's most common one get the same cap as an absolute limit (``quota * percent // 100``,
+    the engine's own rounding), so a replay limits borrowing exactly as the team's rows do."""
+    rows = {name: team.quotas.get(name, Quota()) for name in types}
+    percents = [
+        q.borrow_limit_percent for q in rows.values() if not q.borrow_unlimited and q.borrow_limit is None
+    ]
+    percent = (
+        max(set(percents), key=lambda p: (percents.count(p), -p))
+        if percents
+        else Quota().borrow_limit_percent
+    )
+    out: dict[str, Any] = {
+        "name": team.name,
+        "active": team.active,
+        "sharing": team.sharing.value,
+        "fair_share_weight": team.fair_share_weight,
+        "preempt_team_tasks": team.preempt_team_tasks.value,
+        "reclaim": team.reclaim.value,
+        "quota": {name: q.quota for name, q in rows.items()},
+        "borrow_limit_percent": percent,
+    }
+    borrow: dict[str, Any] = {}
+    lend: dict[str, Any] = {}
+    for name, q in rows.items():
+        if q.borrow_unlimited:
+            borrow[name] = "unlimited"
+        elif q.borrow_limit is not None:
+            borrow[name] = q.borrow_limit
+        elif q.borrow_limit_percent != percent:
+            borrow[name] = q.quota * q.borrow_limit_percent // 100
+        if q.lend_limit is not None:
+            lend[name] = q.lend_limit
+    if borrow:
+        out["borrow_limit"] = borrow
+    if lend:
+        out["lend_limit"] = lend
+    if team.preempt_while_borrowing is not None:
+        max_priority = team.preempt_while_borrowing_max_priority
+        policy = team.preempt_while_borrowing.value
+        out["preempt_while_borrowing"] = (
+            policy if max_priority is None else {"policy": policy, "max_priority": max_priority}
+        )
+    return out

@@ -22,6 +22,7 @@ from allocations import policy_fields
 from allocations.choices import BorrowLimitKind
 from allocations.interop import policy as interop
 from allocations.models import ClusterPolicy, PriorityClass, Team
+from allocations.simulation.cluster import team_scenario
 
 TEAM_SETTINGS = policy_fields.TEAM_SETTINGS
 QUOTA_SETTINGS = policy_fields.QUOTA_FIELDS
@@ -244,54 +245,16 @@ def scenario_teams(
     """The teams of a scenario: the body's, then any team of ``live`` that the body lacks (a
     team created after the draft was copied keeps its live settings, as applying would).
 
-    Only ``instance_types`` (those with nodes) appear. A scenario has one borrow percentage per
-    team: quotas whose percentage differs from the team's most common one get the same cap as
-    an absolute limit (``quota * percent // 100``, the engine's own rounding), so the replay
-    limits borrowing exactly as the database's rows do."""
+    Each is read as the loop's snapshot reads a team's rows (``policy_fields.engine_team``) and
+    written for the instance types ``instance_types`` (those with nodes)."""
     types = list(instance_types)
     teams = list(body["teams"])
     names = {t["name"] for t in teams}
     teams += [t for t in (live or {}).get("teams", []) if t["name"] not in names]
-    return [_scenario_team(team, types) for team in teams]
-
-
-def _scenario_team(team: Mapping[str, Any], types: list[str]) -> dict[str, Any]:
-    quotas = {q["instance_type"]: q for q in team["quotas"]}
-    rows = {t: quotas.get(t, {"instance_type": t, **policy_fields.QUOTA_DEFAULTS}) for t in types}
-    percents = [
-        q["borrow_limit_percent"] for q in rows.values() if q["borrow_limit_kind"] == BorrowLimitKind.PERCENT
-    ]
-    percent = max(set(percents), key=lambda p: (percents.count(p), -p)) if percents else 50
-    out: dict[str, Any] = {
-        "name": team["name"],
-        "active": team["active"],
-        "sharing": team["sharing"],
-        "fair_share_weight": team["fair_share_weight"],
-        "preempt_team_tasks": team["preempt_team_tasks"],
-        "reclaim": team["reclaim"],
-        "quota": {t: q["quota"] for t, q in rows.items()},
-        "borrow_limit_percent": percent,
-    }
-    borrow: dict[str, Any] = {}
-    lend: dict[str, Any] = {}
-    for t, q in rows.items():
-        if q["borrow_limit_kind"] == BorrowLimitKind.UNLIMITED:
-            borrow[t] = "unlimited"
-        elif q["borrow_limit_kind"] == BorrowLimitKind.ABSOLUTE:
-            borrow[t] = q["borrow_limit"]
-        elif q["borrow_limit_percent"] != percent:
-            borrow[t] = q["quota"] * q["borrow_limit_percent"] // 100
-        if q["lend_limit"] is not None:
-            lend[t] = q["lend_limit"]
-    if borrow:
-        out["borrow_limit"] = borrow
-    if lend:
-        out["lend_limit"] = lend
-    if team["preempt_while_borrowing"]:
-        max_priority = team["preempt_while_borrowing_max_priority"]
-        out["preempt_while_borrowing"] = (
-            team["preempt_while_borrowing"]
-            if max_priority is None
-            else {"policy": team["preempt_while_borrowing"], "max_priority": max_priority}
+    return [
+        team_scenario(
+            policy_fields.engine_team(team["name"], team, {q["instance_type"]: q for q in team["quotas"]}),
+            types,
         )
-    return out
+        for team in teams
+    ]

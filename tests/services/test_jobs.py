@@ -250,3 +250,33 @@ def test_the_key_is_unique_per_submitter_in_the_database(personas):
     f.make_job(personas.team, personas.instance_type, 1, submitter=personas.member)
     with pytest.raises(IntegrityError), transaction.atomic():
         f.make_job(personas.team, personas.instance_type, 1, submitter=personas.member, idempotency_key="k")
+
+
+def test_the_can_ever_fit_check_at_submission_reads_no_job(personas):
+    """The judgement of POLICY.md section 2's "can never fit" needs the teams, the policy and
+    the nodes only: a submission's cost does not grow with the jobs the cluster holds."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    for _ in range(3):
+        f.make_job(personas.team, personas.instance_type, 2)
+    with CaptureQueriesContext(connection) as queries:
+        services.check_can_ever_fit(
+            team=personas.team,
+            instance_type=personas.instance_type,
+            gpus=4,
+            priority_class=None,
+            now=timezone.now(),
+        )
+    tables = " ".join(q["sql"] for q in queries.captured_queries)
+    assert '"allocations_job"' not in tables
+    assert len(queries.captured_queries) == 6
+    with pytest.raises(ValidationError, match="could never run"):
+        services.check_can_ever_fit(
+            team=personas.team,
+            instance_type=personas.instance_type,
+            gpus=10_000,
+            priority_class=None,
+            now=timezone.now(),
+        )
