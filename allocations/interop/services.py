@@ -68,6 +68,8 @@ def _at(path: str, call: Any, **kwargs: Any) -> Any:
         raise _Refusal(path, exc) from exc
 
 
+# Long, in numbered steps: one transaction that applies the import in the order the rules need
+# (policy, classes before the 32-class cap counts them, teams, then their quotas).
 def _apply(imported: ImportedPolicy, *, actor: Any) -> list[Change]:
     # 1. Read the policy inside the transaction: the diff is what this transaction changes.
     list(Team.objects.select_for_update().values_list("pk", flat=True))

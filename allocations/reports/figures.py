@@ -347,6 +347,8 @@ def _sum_usage(parts: Iterable[Usage]) -> Usage:
 
 
 # --- Assembly ----------------------------------------------------------------------------------
+# Long, in numbered steps: each step is one query and the figures made from it, and the steps
+# share the maps of the first (split, they would pass those maps along).
 def weekly_figures(week: Week, *, teams: Sequence[str] | None = None) -> ClusterReport:
     """The figures of ``week``: the cluster's and every team's (or only ``teams``' reports;
     the cluster's totals always cover every team). Nine queries."""

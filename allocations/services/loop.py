@@ -373,6 +373,8 @@ def _spec(job: Job) -> JobSpec:
     )
 
 
+# Long: preemptions and starts share the error handling that keeps what the backend already
+# did when a call fails half-way; split, each half would repeat it.
 def _apply(
     backend: ClusterBackend, plan: engine.Plan, now: datetime, changes: _Changes, start_seq: Iterator[int]
 ) -> tuple[int, int, list[str]]:

@@ -167,6 +167,8 @@ def _per_type(r: Reader, raw: object, path: str, types: Mapping[str, InstanceTyp
     return out
 
 
+# Long: a team entry's keys are read in SCENARIO.md's order, each in a few lines with its own
+# path in the errors; split, each part would take the reader, the path and the quotas along.
 def read_team(
     r: Reader,
     raw: object,

@@ -127,6 +127,9 @@ def read_events(r: Reader, raw: object, types: Mapping[str, InstanceType]) -> li
     return out
 
 
+# Long: one pass over time that applies the events in order and judges each job against the
+# cluster as it is at its submit time; its state (nodes, teams, policy, the current judge) is
+# local to the pass, and split into functions it would have to travel between them.
 def sweep(
     r: Reader,
     jobs: Sequence[ScenarioJob],

@@ -271,6 +271,8 @@ TOP_KEYS = (
 )
 
 
+# Long: it reads a scenario's sections in SCENARIO.md's order, each a few lines, and gathers
+# every error before refusing, so that one run names them all.
 def parse_scenario(
     data: object,
     *,
