@@ -1,16 +1,18 @@
 """Asking the allocation loop for a cycle soon after a write.
 
 Write services call ``request_cycle()`` in ``transaction.on_commit``. The cycle itself is the
-Celery task ``allocations.run_cycle`` (``allocations/tasks.py``); it is queued here by its name
-through ``send_task``, so that core services never import the tasks module, which sits above
-them (it imports the services and the feature packages' tasks).
+Celery task ``allocations.run_cycle`` (``allocations/tasks.py``); it is queued here by its name,
+from the app's registry of tasks (``AllocationsConfig.ready`` registers them in every process),
+so that core services never import the tasks module, which sits above them.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import current_app
+from celery.result import AsyncResult
 from django.core.cache import cache
 
 log = logging.getLogger(__name__)
@@ -39,10 +41,14 @@ def request_cycle() -> bool:
     try:
         # A request nobody picked up within a minute is superseded by beat's ticks: drop it
         # rather than run a backlog of cycles when a worker comes back.
-        current_app.send_task(
-            RUN_CYCLE_TASK, kwargs={"trigger": "request"}, countdown=REQUEST_WINDOW_S, expires=60
-        )
+        queue_task(RUN_CYCLE_TASK, kwargs={"trigger": "request"}, countdown=REQUEST_WINDOW_S, expires=60)
     except Exception:  # the broker is down: beat will run the cycle when it is back
         log.exception("could not queue an allocation cycle; the next scheduled one will run")
         return False
     return True
+
+
+def queue_task(name: str, **options: Any) -> AsyncResult:
+    """Queue the registered task ``name`` as its own ``apply_async`` would: unlike
+    ``send_task``, the app's routing and eager mode apply to it."""
+    return current_app.tasks[name].apply_async(**options)

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from celery import current_app
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
@@ -22,6 +21,7 @@ from django.utils import timezone
 from allocations.interop import policy as interop
 from allocations.interop import services as interop_services
 from allocations.models import PolicyDraft, WhatIfRun, WhatIfRunState
+from allocations.services.cycle_requests import queue_task
 from allocations.whatif import drafts as bodies
 
 # The key of the live policy among a run's policies (always the first).
@@ -162,7 +162,7 @@ def whatif_run_create(
 
 
 def _queue(run_id: int) -> None:
-    result = current_app.send_task(RUN_TASK, args=[run_id])
+    result = queue_task(RUN_TASK, args=[run_id])
     WhatIfRun.objects.filter(pk=run_id).update(celery_task_id=result.id or "")
 
 
