@@ -39,8 +39,8 @@ from operator import itemgetter
 from typing import Any
 
 from .placement import NodeShare
-from .preemption import find_victims_once, in_back_off, own_candidates, share_at_least, team_limit_hopeless
-from .ranking import ShareKey, share_key
+from .preemption import find_victims_once, in_back_off, own_candidates, team_limit_hopeless
+from .ranking import share_key
 from .snapshot import (
     IdleAllocation,
     Job,
@@ -92,7 +92,10 @@ Ident = tuple[int, str, int, int, bool]  # team index, instance type, GPUs, prio
 # A job over its team's borrow limit whose search could not bring it under it with its own
 # team's candidates (or that may not search): only its team's usage and candidates there
 # decide it, in this cycle and the next ones of a session (``_TEAM_LIMIT``).
-_SEARCHED, _SHARE_BOUND, _NO_SEARCH, _TEAM_LIMIT = 0, 1, 2, 3
+# A search that found victims, one of them started in this cycle, so that the job waits for the
+# next cycle (``preemption.find_victims``): its twins wait too until a change on its instance
+# type, which may let them take other victims or none (``_DEFERRED``).
+_SEARCHED, _SHARE_BOUND, _NO_SEARCH, _TEAM_LIMIT, _DEFERRED = 0, 1, 2, 3, 4
 
 
 class _Shape:
@@ -111,6 +114,7 @@ class _Shape:
         "fail_reason",
         "fail_rise",
         "fail_usage",
+        "fail_version",
         "fail_within",
         "gpus",
         "ident",
@@ -166,6 +170,7 @@ class _Shape:
         self.fail_borrowed = 0
         self.fail_usage = 0
         self.fail_cands = -1  # its team's ``cand_version`` there (``_TEAM_LIMIT``)
+        self.fail_version = -1  # its type's ``version`` (``_DEFERRED``)
         self.reason_at = -1  # the type's ``version`` when ``fail_reason`` was made
         # ``BatchedCycle._rank``, with the team's usage and borrowed GPUs it was made at.
         self.rank: tuple[int, ...] = ()
@@ -186,24 +191,21 @@ class FollowOn:
     ended with, once its plan is applied and nothing else happened, so the memory of the
     shapes' failures (``BatchedCycle._carried``) goes on from where this cycle left it.
 
-    What differs there from the end of this cycle: the jobs it started are running jobs, and so
-    preemption candidates, which jobs started in a cycle are not in that cycle. The next cycle
-    forgets the failed searches that those candidates could turn (``BatchedCycle.follow``).
-    Not after a cycle that held capacity for a reclaiming team (POLICY.md 3.3): a hold lasts
-    until the end of its cycle, so the next one starts with more pool than this one ended
-    with."""
+    The jobs it started were preemption candidates from their start, in the order the next
+    snapshot gives them (``CycleState.start``): the next cycle's searches see the candidates
+    this cycle's last ones saw, and a failure stands as it stood. What changes is only that
+    those jobs may be taken now; a search that would have taken one waited, and is not carried
+    into the next cycle (``_DEFERRED``). Not after a cycle that held capacity for a reclaiming team
+    (POLICY.md 3.3): a hold lasts until the end of its cycle, so the next one starts with more
+    pool than this one ended with."""
 
-    __slots__ = ("epoch", "first", "started", "starts", "victims")
+    __slots__ = ("epoch", "first", "starts", "victims")
 
     def __init__(self, cycle: BatchedCycle) -> None:
         self.epoch = cycle.epoch
         self.first = cycle.first_epoch
-        # The teams that started jobs, by instance type; the starts (id -> nodes) and the
-        # victims' ids, which the next snapshot must differ by and by nothing else.
-        self.started: dict[str, set[int]] = {}
-        for rec, saved in cycle.changes:
-            if saved is None:
-                self.started.setdefault(rec.ts.name, set()).add(rec.team.index)
+        # The starts (id -> nodes) and the victims' ids, which the next snapshot must differ
+        # by and by nothing else.
         self.starts: dict[str, NodeShare] = {s.job_id: s.nodes for s in cycle.starts}
         self.victims: set[str] = {p.job_id for p in cycle.preemptions}
 
@@ -521,47 +523,9 @@ class BatchedCycle:
     def _follow(self, follow: FollowOn) -> None:
         """Go on from the memory of the cycle before at this instant (``FollowOn``), from its
         first epoch (the instance types' epochs go on counting), so that what failed there
-        since the last change that could help fails here without a test (``_carried``), but
-        not the failed searches that its started jobs, candidates now, could turn: on an
-        instance type where jobs started, a search that failed in full, any search of a team
-        that started jobs there (its own new candidates), and under fair share a search that
-        ended at the share bound when a team that started jobs there has a share at least the
-        one the search needed (rules A and B take victims only from teams with such a
-        share)."""
-        state = self.state
+        since the last change that could help fails here without a test (``_carried``)."""
         self.first_epoch = follow.first
         assert self.epoch > follow.epoch  # no memory of that cycle matches ``epoch`` exactly
-        if not follow.started:
-            return
-        fair_share = self.fair_share
-        teams = state.team_list
-        top: dict[str, ShareKey] = {}
-        if fair_share:
-            for name, indices in follow.started.items():
-                top[name] = max(teams[i].share for i in indices)
-        first = follow.first
-        for team in self.teams:
-            for shape in team.shapes:
-                kind = shape.fail_kind
-                if shape.fail_epoch < first or kind == _NO_SEARCH:
-                    continue
-                started = follow.started.get(shape.ts.name)
-                if started is None:
-                    continue
-                if team.state.index in started:
-                    shape.fail_epoch = -1  # its own new candidates
-                    continue
-                if kind == _TEAM_LIMIT:
-                    continue
-                if kind == _SEARCHED or not fair_share:
-                    shape.fail_epoch = -1
-                    continue
-                tt, g, own = shape.tt, shape.gpus, team.state
-                extra = max(0, tt.usage + g - tt.quota) - max(0, tt.usage - tt.quota)
-                if share_at_least(
-                    top[shape.ts.name], share_key(own.borrowed + extra, own.unit, state.pool_total)
-                ):
-                    shape.fail_epoch = -1
 
     # -- keys ------------------------------------------------------------------------------
     def _rank(self, team: TeamState, shape: _Shape) -> tuple[int, ...]:
@@ -612,13 +576,26 @@ class BatchedCycle:
         usage and candidates there stand, also from an earlier cycle of a session
         (``_TEAM_LIMIT``). Only the reason is made again, in the current state: its figures may
         have moved. Not across a lone team's jobs, nor under strict FIFO, where a failure
-        blocks the team."""
+        blocks the team. A job that waited because its victims would include a job started in
+        the cycle (``_DEFERRED``) waits again only while nothing changed on its type."""
         if not self.carry:
             return None
         tt, ts = shape.tt, shape.ts
         state = self.state
         kind = shape.fail_kind
-        if kind == _TEAM_LIMIT:
+        if kind == _DEFERRED:
+            # Its search found victims, one of them started in this cycle. Any change there (a
+            # start, a preemption, a hold: the type's ``version``) may turn that into other
+            # victims or none: a start takes room, so the greedy search may go past the point
+            # where it fitted and give that job back. Elsewhere only shares move, and those of
+            # teams borrowing there move the ``preempt_epoch`` (the preemptor's own: below).
+            if (
+                shape.fail_epoch < self.first_epoch
+                or shape.fail_version != ts.version
+                or shape.fail_pe != state.preempt_epoch[ts.name]
+            ):
+                return None
+        elif kind == _TEAM_LIMIT:
             # Also from an earlier cycle of a session: its team's limit cannot change without
             # a new state, nor its usage and candidates there without these moving. But a
             # failed search holds its team's quota (POLICY.md 3.3) once per cycle: not from an
@@ -801,7 +778,10 @@ class BatchedCycle:
             if rec.team.team.reclaim != Reclaim.ANY and state.hold(rec.tt, rec.ts):
                 self.epoch += 1
                 self.held_any = True
-            shape.fail_kind = _SHARE_BOUND if state.share_bound else _SEARCHED
+            if state.deferred:
+                shape.fail_kind = _DEFERRED
+            else:
+                shape.fail_kind = _SHARE_BOUND if state.share_bound else _SEARCHED
         else:
             shape.fail_kind = _NO_SEARCH
         ts = rec.ts
@@ -830,6 +810,7 @@ class BatchedCycle:
         shape.fail_within = rec.tt.usage + rec.gpus <= rec.tt.quota
         shape.fail_borrowed = rec.team.borrowed
         shape.fail_usage = rec.tt.usage
+        shape.fail_version = ts.version
         self.pending[rec.job.id] = why
         if self.strict:
             team.blocked = rec.job.id
@@ -998,11 +979,9 @@ class BatchedCycle:
             self.teams[shape.ident[0]].drop(shape)
         for rec, saved in reversed(self.changes):
             if saved is None:
-                state.remove(rec)
-                rec.nodes = ()
+                state.unstart(rec)
                 continue
             rec.nodes, rec.preemptions, rec.last_preempted_at = saved
-            rec.was_running = True
             state.restore(rec)
             tt = rec.tt
             insort(tt.candidates, rec, key=_victim_key)

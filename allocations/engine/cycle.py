@@ -9,7 +9,8 @@ The cycle in steps:
    decision (the admitted team and the victims' teams) are re-ranked.
 3. The winner starts if it fits; otherwise section 4's preemption is tried; otherwise it gets
    its pending reason (section 5), may hold its team's unused lendable quota (3.3), and under
-   strict FIFO its team offers nothing more.
+   strict FIFO its team offers nothing more. A winner whose victims would include a job started
+   earlier in the cycle waits for the next cycle, with its reason (``preemption.find_victims``).
 4. Repeat until no team offers a head.
 
 A job that cannot start leaves the state as it was (apart from a hold), so a job of the same
@@ -118,7 +119,7 @@ class _Cycle:
             self.cursor[team.index] = 0
             self.requeued[team.index] = []
         for rec in state.records:
-            if rec.was_running:
+            if rec.nodes:
                 continue
             if not rec.team.team.active:
                 self.pending[rec.job.id] = _inactive(rec)
@@ -197,6 +198,8 @@ class _Cycle:
                     changed.add(victim.team)
                 self._start(rec)
                 return changed
+            # A head whose victims would include a job started in this cycle holds too (3.3): it
+            # may take none of them now, and no other team should borrow its quota meanwhile.
             if rec.team.team.reclaim != Reclaim.ANY and state.hold(rec.tt, rec.ts):
                 self.epoch += 1
         why = state.reason(rec)

@@ -6,9 +6,17 @@ On success the victims stay removed and the minimal set is returned: candidates 
 order until the preemptor fits, then every victim that is not needed is given back, last to
 first, skipping the one that made it fit (Kueue's ``fillBackWorkloads``).
 
-Only jobs that were running when the cycle began are candidates: a job started earlier in the
-same cycle is not preempted in that cycle (Kueue likewise never preempts what it admitted in
-the same scheduling cycle); the next cycle at the same instant can preempt it.
+Jobs started earlier in the same cycle are candidates too, in section 4's order (started now,
+the later start first), so that every search sees that order; but none of them is preempted in
+that cycle. A preemptor whose minimal set of victims would include one takes nobody and waits
+for the next cycle (``find_victims``), which follows at the same instant (its cycle started
+something) and sees that job running. That is Kueue's behaviour: its scheduler never preempts a
+workload admitted in the same cycle, and skips a preemptor that "no longer fits after
+processing another workload" until the next cycle. Taking such a job at once cannot be written
+as a plan, whose preemptions are applied before its starts, to jobs running before it (the loop
+skips a preemption of a job not running, and would start both). Taking an older job instead, as
+the engine once did by not counting those jobs as candidates, went against section 4's order.
+The back-off (POLICY.md 3.5) still rules out a ring: a job preempted at T preempts nobody at T.
 """
 
 from __future__ import annotations
@@ -737,12 +745,25 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
 
 def find_victims(state: CycleState, rec: JobRecord) -> Victims | None:
     """The minimal set of victims that lets ``rec`` start, removed from the live state; or None
-    (state unchanged). The caller has checked ``may_look_for_victims``."""
+    (state unchanged). The caller has checked ``may_look_for_victims``.
+
+    None also when that set includes a job started in this cycle: nobody is preempted and
+    ``state.deferred`` is set; the preemptor waits for the next cycle (module docstring), as a
+    head that found no victim does, holding its team's quota if its ``reclaim`` is not ``any``
+    (POLICY.md 3.3: it may take none now, and no other team should borrow that quota
+    meanwhile). Only then: a set of jobs all running before the cycle is taken at once, so a
+    job within its team's quota still starts in its cycle (6.4) unless section 4's order itself
+    would take a job started in it."""
+    state.deferred = False
     if state.shortcuts and _no_candidates(rec):
         return None
-    if state.fair_share:
-        return _fair_share(state, rec)
-    return _first_come_first_serve(state, rec)
+    victims = _fair_share(state, rec) if state.fair_share else _first_come_first_serve(state, rec)
+    if victims is not None and any(victim.started_in_cycle for victim, _ in victims):
+        for victim, _ in victims:
+            state.restore(victim)
+        state.deferred = True
+        return None
+    return victims
 
 
 def find_victims_once(
@@ -765,7 +786,10 @@ def find_victims_once(
     A fair-share search that ended for want of another team with a share as high as the
     preemptor's (and no candidate of its own) fails again until another team's share rises
     where it borrows (``rise_epoch``): a preemption only lowers shares and takes candidates
-    away, and the preemptor's own share is in the memory."""
+    away, and the preemptor's own share is in the memory.
+
+    A search that found victims but waits (``state.deferred``) is not remembered: the next
+    change may let it take jobs that were running before the cycle, or none."""
     tt = rec.tt
     own = (rec.team.borrowed, tt.usage) if state.fair_share else None
     key = (shape, tt.usage + rec.gpus <= tt.quota, own)
@@ -774,10 +798,11 @@ def find_victims_once(
         memo = searched.get(key)
         if memo is not None and memo[1] == (state.rise_epoch if memo[0] else state.preempt_epoch)[name]:
             state.share_bound = memo[0]
+            state.deferred = False
             return None
     state.share_bound = False
     victims = find_victims(state, rec)
-    if victims is None:
+    if victims is None and not state.deferred:
         bound = state.share_bound
         searched[key] = (bound, (state.rise_epoch if bound else state.preempt_epoch)[name])
     return victims

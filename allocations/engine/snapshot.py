@@ -295,7 +295,9 @@ class Plan:
 
     Apply ``preemptions`` before ``starts``. A job preempted in a cycle may start again in the
     same cycle on other nodes (only where it fits without preempting, POLICY.md 3.5): it is
-    then in both. ``pending`` has a reason for every job left pending, keyed by job id.
+    then in both. Every victim was running before the plan: a job the plan starts is never
+    preempted by it (its preemptor waits for the next cycle). ``pending`` has a reason for every
+    job left pending, keyed by job id.
     """
 
     starts: tuple[Start, ...] = ()

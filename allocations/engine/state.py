@@ -8,6 +8,7 @@ rescan of the jobs. Bad input raises ``ValueError`` naming the field path and th
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +53,10 @@ _LENT_OUT: Final = 2
 _NO_IDLE: Final = 3
 _CAPACITY_LOST: Final = 4
 _NO_PLACEMENT: Final = 5
+# Above every start_seq a snapshot carries (the loop's are microseconds since 1970, about 2**51):
+# a job started in the cycle is ordered after, by POLICY.md 4 before, every job that started at
+# the same time in an earlier cycle, as the next snapshot will order them (``CycleState.start``).
+_IN_CYCLE: Final = 2**61
 
 
 def _gpus(n: int) -> str:
@@ -133,7 +138,8 @@ class TeamType:
         self.may_borrow = limits.may_borrow
         self.usage = 0
         self.holding = False
-        # Running jobs that were running before this cycle, in preemption order (POLICY.md 4).
+        # Running jobs, in preemption order (POLICY.md 4), those started in this cycle among
+        # them: a search that would take one of those waits (``preemption.find_victims``).
         self.candidates: list[JobRecord] = []
         # GPUs of those candidates by priority, and an upper bound on one candidate's GPUs: the
         # quick "not even every candidate would do" test of preemption.
@@ -174,6 +180,7 @@ class TypeState:
         "placement",
         "pool",
         "pool_used",
+        "quota_sum",
         "running",
         "version",
         "watchers",
@@ -184,6 +191,7 @@ class TypeState:
         self.placement = placement
         self.capacity = capacity  # ready GPUs
         self.capacity_ever = capacity_ever  # GPUs of every node, ready or not
+        self.quota_sum = 0  # the teams' quotas here (``CycleState._build``)
         self.pool = 0
         self.pool_used = 0
         self.held = 0  # unused lendable quota of the teams holding it (POLICY.md 3.3)
@@ -233,11 +241,11 @@ class JobRecord:
         "order_key",
         "preemptions",
         "priority",
+        "started_in_cycle",
         "team",
         "ts",
         "tt",
         "victim_key",
-        "was_running",
     )
 
     def __init__(self, job: Job, team: TeamState, tt: TeamType, ts: TypeState, priority: int) -> None:
@@ -253,7 +261,7 @@ class JobRecord:
         self.nodes: NodeShare = job.nodes
         self.preemptions = job.preemptions
         self.last_preempted_at = job.last_preempted_at
-        self.was_running = bool(job.nodes)  # running when the cycle began
+        self.started_in_cycle = False  # set by ``CycleState.start``
 
     def __repr__(self) -> str:
         return f"JobRecord({self.job.id!r}, team={self.team.team.name!r}, gpus={self.gpus}, nodes={self.nodes!r})"
@@ -261,7 +269,7 @@ class JobRecord:
 
 def victim_key(priority: int, job: Job) -> tuple[int, float, int, int, str]:
     """POLICY.md 4: lower priority first; most recently started first (the later start_seq among
-    equal start times); then id."""
+    equal start times); then id. (A job started in the cycle: ``CycleState.start``.)"""
     started = job.started_at if job.started_at is not None else float("-inf")
     return (priority, -started, -job.start_seq, job.seq, job.id)
 
@@ -288,8 +296,9 @@ class CycleState:
         self.records: list[JobRecord] = []
         self.pool_total = 0
         # Per instance type, bumped by whatever may let a preemption search that failed there
-        # succeed: a preemption (frees GPUs), or a team borrowing more (its jobs become
-        # candidates, its share rises). Admissions otherwise only make searches harder.
+        # succeed: a preemption (frees GPUs), or a team borrowing more (its jobs, the one it
+        # started among them, become candidates; its share rises). Admissions otherwise only
+        # make searches harder (``start``).
         self.preempt_epoch: dict[str, int] = {}
         # Two parts of it. ``free_epoch``: a preemption there, the one thing in a cycle that
         # frees GPUs (and pool) of the type, so the one thing that can make a job fit that did
@@ -300,6 +309,12 @@ class CycleState:
         self.rise_epoch: dict[str, int] = {}
         # Set by a fair-share search that ended there: no other team's share as high.
         self.share_bound = False
+        # Set by a search whose victims would include a job started in this cycle: its
+        # preemptor waits for the next cycle (``preemption.find_victims``).
+        self.deferred = False
+        # Starts so far, which order the jobs started in the cycle (``start``); a session's
+        # cycles go on counting.
+        self.cycle_starts = 0
         # Per instance type: the highest shares of the teams borrowing there, with the
         # ``share_version`` and ``cand_version`` they were read at (``preemption._top_share``).
         self.top_shares: dict[str, tuple[int, int, list[tuple[ShareKey, int]]]] = {}
@@ -397,6 +412,7 @@ class CycleState:
         # Pools (POLICY.md 2): lendable quota plus, when shared, the capacity in no quota.
         for name, ts in self.types.items():
             quota_sum = sum(t.per_type[name].quota for t in self.team_list)
+            ts.quota_sum = quota_sum
             lendable_sum = sum(t.per_type[name].lendable for t in self.team_list)
             unallocated = max(0, ts.capacity - quota_sum) if self.policy.share_unallocated else 0
             ts.pool = lendable_sum + unallocated
@@ -496,8 +512,12 @@ class CycleState:
         return JobRecord(job, owner, owner.per_type[job.instance_type], self.types[job.instance_type], prio)
 
     def _candidate(self, rec: JobRecord) -> None:
+        rec.tt.candidates.append(rec)
+        self._counted(rec)
+
+    def _counted(self, rec: JobRecord) -> None:
+        """Count a candidate just put in its team's list."""
         tt = rec.tt
-        tt.candidates.append(rec)
         tt.cand_version += 1
         tt.cand_gpus[rec.priority] = tt.cand_gpus.get(rec.priority, 0) + rec.gpus
         tt.cand_max = max(tt.cand_max, rec.gpus)
@@ -552,7 +572,20 @@ class CycleState:
         return ts.placement.can_place(g)
 
     def start(self, rec: JobRecord) -> NodeShare:
-        """Put a job that fits on its nodes (best fit) and count it."""
+        """Put a job that fits on its nodes (best fit), count it, and make it a candidate.
+
+        It is a candidate at once, ordered as the next snapshot will order it (POLICY.md 4:
+        started now, after every job started at this time before, by ``_IN_CYCLE``), so that a
+        later search of the cycle sees the order of section 4; a search whose victims would
+        include it waits for the next cycle instead (``preemption.find_victims``).
+
+        What a start changes for the searches that failed: to other teams it is a candidate
+        only where its team borrows, and then its team's borrowed GPUs rose, which bumps the
+        epochs of every type where the team borrows and has candidates (its share rose too).
+        To its own team's searches it gives nothing: taking it back leaves the state it
+        started from, so each set of victims with it does no better than the same set without
+        it did before (and under fair share those searches are remembered with the team's
+        usage, which moved)."""
         nodes = rec.ts.placement.place(rec.gpus)
         if nodes is None:  # pragma: no cover - fits() checked placement just before
             raise RuntimeError(f"no placement for {rec.job.id} after a successful fit test")
@@ -560,14 +593,29 @@ class CycleState:
         team = rec.team
         borrowed = team.borrowed
         self._change_usage(rec, rec.gpus)
+        self.cycle_starts += 1
+        job = rec.job
+        rec.victim_key = (rec.priority, -self.now, -(_IN_CYCLE + self.cycle_starts), job.seq, job.id)
+        rec.started_in_cycle = True
+        tt = rec.tt
+        insort(tt.candidates, rec, key=_victim_key)
+        self._counted(rec)
         if team.borrowed > borrowed:
-            # Its share rose: its candidates may now be taken where it borrows. A type where it
-            # has no candidate (every job there started in this cycle) gives nobody a victim.
-            for name, tt in team.per_type.items():
-                if tt.usage > tt.quota and tt.candidates:
+            # Its share rose: its candidates may now be taken where it borrows.
+            for name, team_tt in team.per_type.items():
+                if team_tt.usage > team_tt.quota and team_tt.candidates:
                     self.preempt_epoch[name] += 1
                     self.rise_epoch[name] += 1
         return nodes
+
+    def unstart(self, rec: JobRecord) -> None:
+        """Undo ``start`` (a session takes its cycle's plan back)."""
+        self.remove(rec)
+        rec.tt.drop_candidate(rec)
+        rec.ts.touch(rec.team.index)
+        rec.nodes = ()
+        rec.started_in_cycle = False
+        rec.victim_key = victim_key(rec.priority, rec.job)
 
     def remove(self, rec: JobRecord) -> None:
         """Take a running job off its nodes (a preemption, or a trial of one)."""
@@ -587,10 +635,11 @@ class CycleState:
         not in one direction only (the greedy search may go another way): remembered failed
         searches there no longer hold. Its own searches are remembered with its borrowed GPUs,
         which moved if its share did."""
+        # Never one started in this cycle: a search that would take one waits instead.
+        assert not rec.started_in_cycle, rec
         rec.tt.drop_candidate(rec)
         rec.ts.touch(rec.team.index)
         rec.nodes = ()
-        rec.was_running = False
         rec.preemptions += 1
         rec.last_preempted_at = self.now
         epochs = self.preempt_epoch
@@ -658,7 +707,7 @@ class CycleState:
                 else:
                     key = (_NO_IDLE, team, it, usage, tt.max_use, idle, above)
             elif ts.running + g > ts.capacity:
-                key = (_CAPACITY_LOST, it, ts.running, ts.capacity, ts.capacity_ever, g)
+                key = (_CAPACITY_LOST, it, ts.running, ts.capacity, ts.capacity_ever, ts.quota_sum, g)
             else:
                 placement = ts.placement
                 whole = g > placement.gpus_per_node
@@ -709,11 +758,20 @@ def _reason_from(key: tuple[object, ...]) -> PendingReason:
             f"{team} {uses}; {_gpus(_int(idle))} idle in the pool, {above} needed",
         )
     if kind == _CAPACITY_LOST:
-        _, it, running, capacity, capacity_ever, g = key
+        # POLICY.md 5.6: the team's limits and the pool allow it but the ready capacity does
+        # not, because nodes are not ready, or because the quotas promise more than the ready
+        # nodes hold (over-committed, or nodes lost); each part is said only when it is true.
+        _, it, running, capacity, capacity_ever, quota_sum, g = key
+        ready = _int(capacity)
+        not_ready = _int(capacity_ever) - ready
+        lost = f" ({_gpus(not_ready)} on nodes not ready)" if not_ready > 0 else ""
+        quotas = ""
+        if _int(quota_sum) > ready:
+            unit = "GPU" if ready == 1 else "GPUs"
+            quotas = f"; quotas on it add up to {_gpus(_int(quota_sum))}, more than its {ready} ready {unit}"
         return PendingReason(
             PendingCode.CAPACITY_LOST,
-            f"{running} of the {_gpus(_int(capacity))} ready on {it} are in use "
-            f"({_gpus(_int(capacity_ever) - _int(capacity))} on nodes not ready); {g} more requested",
+            f"{running} of the {_gpus(ready)} ready on {it} are in use{lost}{quotas}; {g} more requested",
         )
     _, it, free_ready, g, whole, room = key
     if whole:
@@ -858,3 +916,7 @@ def never_fits(snapshot: Snapshot, job: Job) -> PendingReason | None:
     or GPUs not above 0.
     """
     return NeverFitJudge(snapshot).judge(job.team, job.instance_type, job.gpus)
+
+
+def _victim_key(rec: JobRecord) -> tuple[int, float, int, int, str]:
+    return rec.victim_key

@@ -3,8 +3,10 @@
 Random instance types (some nodes not ready), teams with random settings, random policies and
 jobs; several instants, each run to rest by applying plans, with random finishes, submissions,
 limit changes and drained nodes in between. After every cycle: invariants 1, 2, 3, 6 and 7, the
-same snapshot (in any order) gives the same plan, and ``allocate`` never raises. At rest:
-invariant 5 (work conservation) and invariant 4 (the quota guarantee) as stated below.
+same snapshot (in any order) gives the same plan, its victims were running before it, and
+``allocate`` never raises. At rest: invariant 5 (work conservation) and invariant 4 (the quota
+guarantee) as stated below. Invariant 7 again on busy clusters, where jobs started at an instant
+are often the candidates of later preemptors at that instant.
 
 The fit test used here is a separate, naive reading of POLICY.md section 2, so the engine is not
 checked against itself.
@@ -40,6 +42,8 @@ from allocations.engine import (
     allocate,
     job_priority,
 )
+
+from .test_shortcuts import busy_cluster
 
 CLASSES = (PriorityClass("low", 10), PriorityClass("mid", 20), PriorityClass("high", 30))
 
@@ -279,6 +283,39 @@ def check_at_rest(snap: Snapshot, plan: Plan, now: float) -> None:
             assert reason.code == PendingCode.FRAGMENTED, f"{job.id} within quota waits: {reason}"
 
 
+def assert_no_ring(edges: list[tuple[str, str]]) -> None:
+    """Invariant 7 over the preemptions at one instant, (preemptor, victim) each: no job is
+    preempted by a job it then preempts, nor by one that a job it preempted then preempted
+    (no cycle of any length). The back-off (POLICY.md 3.5) rules out every such cycle: a
+    job preempted at T preempts nobody at T."""
+    after: dict[str, set[str]] = defaultdict(set)
+    for preemptor, victim in edges:
+        after[preemptor].add(victim)
+    done: set[str] = set()
+
+    def visit(job: str, path: list[str]) -> None:
+        if job in path:
+            ring = [*path[path.index(job) :], job]
+            raise AssertionError(f"preemption ring at one instant: {' -> '.join(ring)}")
+        if job in done:
+            return
+        for victim in sorted(after.get(job, ())):
+            visit(victim, [*path, job])
+        done.add(job)
+
+    for preemptor in sorted(after):
+        visit(preemptor, [])
+
+
+def assert_victims_were_running(snap: Snapshot, plan: Plan) -> None:
+    """The plan's contract: its preemptions apply to jobs running before it, so no job both
+    starts and is preempted in one plan (a preemptor whose victims would include a job started
+    earlier in its cycle waits for the next cycle)."""
+    running = {j.id for j in snap.jobs if j.running}
+    for p in plan.preemptions:
+        assert p.job_id in running, f"{p.job_id} is preempted by {p.preemptor} but was not running"
+
+
 def apply(snap: Snapshot, plan: Plan, now: float, start_seq: list[int]) -> Snapshot:
     jobs = {j.id: j for j in snap.jobs}
     for p in plan.preemptions:
@@ -336,7 +373,7 @@ def test_section_6_invariants_hold_after_every_cycle(world: tuple[Snapshot, int]
     seq[0] = len(snap.jobs)
     now = 0.0
     for _instant in range(4):
-        pairs: set[tuple[str, str]] = set()
+        edges: list[tuple[str, str]] = []
         for _cycle in range(60):
             plan = allocate(snap, now)
             assert allocate(snap, now) == plan, "the same snapshot must give the same plan"
@@ -346,12 +383,10 @@ def test_section_6_invariants_hold_after_every_cycle(world: tuple[Snapshot, int]
             pending_ids = {j.id for j in snap.jobs if not j.running}
             preempted = {p.job_id for p in plan.preemptions}
             assert set(plan.pending) == (pending_ids | preempted) - {s.job_id for s in plan.starts}
+            assert_victims_were_running(snap, plan)
             # 7. No preemption cycle at one instant.
-            for p in plan.preemptions:
-                assert (p.preemptor, p.job_id) not in pairs, (
-                    f"{p.job_id} and {p.preemptor} preempt each other"
-                )
-                pairs.add((p.job_id, p.preemptor))
+            edges += [(p.preemptor, p.job_id) for p in plan.preemptions]
+            assert_no_ring(edges)
             after = apply(snap, plan, now, start_seq)
             check_cycle(snap, plan, after)
             snap = after
@@ -362,3 +397,55 @@ def test_section_6_invariants_hold_after_every_cycle(world: tuple[Snapshot, int]
             raise AssertionError(f"no rest at t={now}")
         now += rng.choice([1.0, 1.0, 0.5, 4.0])
         snap = between_instants(snap, rng, seq, now)
+
+
+def settle_at(snap: Snapshot, now: float) -> tuple[list[tuple[str, str]], int]:
+    """Cycles at ``now`` until one changes nothing, each plan checked as above; returns the
+    preemptions (preemptor, victim) and how many of their victims started at ``now`` in an
+    earlier cycle, the preemptions of jobs that were candidates of the cycle that started them."""
+    start_seq = [0]
+    edges: list[tuple[str, str]] = []
+    started_now: set[str] = set()
+    of_started = 0
+    for _cycle in range(60):
+        plan = allocate(snap, now)
+        assert_victims_were_running(snap, plan)
+        edges += [(p.preemptor, p.job_id) for p in plan.preemptions]
+        assert_no_ring(edges)
+        of_started += sum(1 for p in plan.preemptions if p.job_id in started_now)
+        started_now.update(s.job_id for s in plan.starts)
+        snap = apply(snap, plan, now, start_seq)
+        if not plan.starts and not plan.preemptions:
+            return edges, of_started
+    raise AssertionError(f"no rest at t={now}")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    idle=st.sampled_from(list(IdleAllocation)),
+    ranking=st.sampled_from(list(TaskRanking)),
+    queueing=st.sampled_from(list(Queueing)),
+    share_unallocated=st.booleans(),
+)
+def test_no_preemption_ring_where_jobs_started_at_the_instant_are_candidates(
+    seed: int, idle: IdleAllocation, ranking: TaskRanking, queueing: Queueing, share_unallocated: bool
+) -> None:
+    """Invariant 7 on busy clusters run to rest at one instant: jobs started in a cycle are
+    candidates of that cycle's later searches, and a preemptor that would take one waits for
+    the next cycle, where it does (``preemption.find_victims``). No plan preempts a job it
+    starts, and no ring forms however many cycles the instant takes."""
+    policy = ClusterPolicy(idle, ranking, share_unallocated, queueing, CLASSES)
+    settle_at(busy_cluster(random.Random(seed), policy), 0.0)
+
+
+def test_busy_clusters_preempt_jobs_started_at_the_same_instant() -> None:
+    """The clusters above exercise what they check: jobs started at t=0 preempted at t=0 by a
+    preemptor that waited a cycle for them, under both idle allocations."""
+    for idle in IdleAllocation:
+        taken = 0
+        for seed in range(30):
+            policy = ClusterPolicy(idle, priority_classes=CLASSES)
+            _, of_started = settle_at(busy_cluster(random.Random(seed), policy), 0.0)
+            taken += of_started
+        assert taken >= 10, (idle, taken)

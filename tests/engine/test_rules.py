@@ -83,6 +83,41 @@ class Case:
 
 
 FCFS = {"idle_allocation": "first-come-first-serve"}
+
+
+def victim_order_one_instant(j1_priority: str = "high") -> dict[str, Any]:
+    """docs/examples/victim-order-one-instant.yaml (its classes: high 30, mid 20, low 10)."""
+    borrowing = {"policy": "lower-priority", "max_priority": 20}
+    return scenario(
+        pool(7, 1),
+        [
+            team(
+                "t0",
+                2,
+                borrow_limit_percent=50,
+                preempt_team_tasks="lower-or-newer-equal-priority",
+                reclaim="any",
+                preempt_while_borrowing=borrowing,
+            ),
+            team(
+                "t1",
+                2,
+                borrow_limit="unlimited",
+                preempt_team_tasks="never",
+                reclaim="lower-priority",
+                preempt_while_borrowing=borrowing,
+            ),
+        ],
+        [
+            running("j1", "t1", 4, j1_priority, since=-48),
+            running("j7", "t0", 3, "low", since=-10),
+            pending("j3", "t0", 2, "low", submit=-30),
+            pending("j6", "t1", 2, "mid", submit=-48),
+        ],
+        **FCFS,
+    )
+
+
 KUEUE_COHORT = [
     team("c1", 6, borrow_limit=6, preempt_team_tasks="lower-priority", reclaim="lower-priority"),
     team("c2", 6, borrow_limit=6, preempt_team_tasks="never", reclaim="any"),
@@ -558,6 +593,39 @@ CASES = [
         preempted={"a2": ("in-team", "ah")},
     ),
     Case(
+        "s4_a_job_started_at_this_instant_goes_before_an_older_one",
+        "section 4's order at one instant (docs/examples/victim-order-one-instant.yaml): j6 takes "
+        "j7 while borrowing and starts; then j3, within t0's quota, reclaims from t1, whose "
+        "candidates are j6 (mid, started at this instant) and j1 (high, ran 48 s): lower priority "
+        "first and most recently started first both take j6, which is enough, and j1 runs on",
+        victim_order_one_instant(),
+        settle=True,
+        starts={"j1", "j3"},
+        preempted={"j6": ("reclaim", "j3"), "j7": ("reclaim-while-borrowing", "j6")},
+        pending={"j6": "no-idle-capacity", "j7": "borrow-limit"},
+    ),
+    Case(
+        "s4_a_preemptor_that_would_take_a_job_started_in_its_cycle_waits_for_the_next",
+        "the first cycle of the case above: j3's victims would be j6, started earlier in this "
+        "cycle, which a plan cannot both start and preempt (its preemptions apply to jobs running "
+        "before it); j3 takes nobody, not j1 either, and waits for the next cycle at this instant "
+        "(Kueue skips a preemptor that no longer fits after another workload's admission in the "
+        "cycle, and retries it in the next)",
+        victim_order_one_instant(),
+        starts={"j6"},
+        preempted={"j7": ("reclaim-while-borrowing", "j6")},
+        pending={"j3": "waiting-for-quota"},
+    ),
+    Case(
+        "s4_a_preemptor_takes_jobs_running_before_its_cycle_at_once",
+        "the case above with j1 of low priority: j1 now goes before j6 in section 4's order and is "
+        "enough, so j3 reclaims it in the first cycle (6.4: within its quota, it starts in that "
+        "cycle); only a victim started in the cycle makes a preemptor wait",
+        victim_order_one_instant(j1_priority="low"),
+        starts={"j6", "j3"},
+        preempted={"j7": ("reclaim-while-borrowing", "j6"), "j1": ("reclaim", "j3")},
+    ),
+    Case(
         "s4_fcfs_reclaim_quota_from_borrower",
         "mirrors Kueue preemption_test 'reclaim quota from borrower'",
         scenario(
@@ -861,7 +929,24 @@ CASES = [
         ),
         starts=set(),
         pending={"a1": "capacity-lost"},
-        messages={"a1": "8 of the 8 GPUs ready"},
+        messages={"a1": "8 of the 8 GPUs ready on ml.t are in use (8 GPUs on nodes not ready)"},
+    ),
+    Case(
+        "s5_capacity_lost_by_over_committed_quotas_names_them_not_lost_nodes",
+        "5.6 with every node ready: the quotas (a 6 + b 6) exceed the 8 ready GPUs, so a's limits "
+        "and the pool allow 4 more while only 2 are free; the message gives the quotas' sum and "
+        "says nothing of nodes not ready, since none is",
+        scenario(
+            pool(1, 8),
+            [team("a", 6, borrow_limit_percent=0), team("b", 6, borrow_limit_percent=0)],
+            [running("b0", "b", 6), pending("a1", "a", 4)],
+        ),
+        starts=set(),
+        pending={"a1": "capacity-lost"},
+        messages={
+            "a1": "6 of the 8 GPUs ready on ml.t are in use; quotas on it add up to 12 GPUs, "
+            "more than its 8 ready GPUs; 4 more requested"
+        },
     ),
     Case(
         "s5_fragmented",
