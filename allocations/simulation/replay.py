@@ -20,11 +20,14 @@ import gc
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
-from itertools import repeat
-from operator import add, mul
-from typing import TypeVar, overload
+from bisect import bisect_right
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import MISSING, fields, replace
+from itertools import repeat, starmap
+from operator import add, attrgetter, mul
+from types import MemberDescriptorType
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from allocations.engine.accounting import attribute, quota_terms
 from allocations.engine.cycle import gc_paused
@@ -40,6 +43,10 @@ _TypeSetup = tuple[str, int, list[tuple[str, str]], list[int], list[int], int]
 # quota, one list each in the order of the names.
 _TeamRates = tuple[tuple[str, ...], list[float], list[float], list[float], list[float]]
 _K = TypeVar("_K")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    _D = TypeVar("_D", bound=DataclassInstance)
 Progress = Callable[[float, float | None, int, int], None]  # now, end, jobs done, jobs
 
 # Cycles at one instant before the replay gives up: back-off (POLICY.md 3.5) makes the cycles
@@ -47,6 +54,9 @@ Progress = Callable[[float, float | None, int, int], None]  # now, end, jobs don
 MAX_CYCLES_PER_INSTANT = 1_000
 # A garbage collection after this many node, team or policy events (``Replay.run``).
 COLLECT_AFTER_EVENTS = 16
+# Jobs submitted at one time from which their engine ``Job``s are made by ``build_many``:
+# below, its setup per field costs more than it saves.
+BUILD_MANY_FROM = 16
 
 UNSUBMITTED, PENDING, RUNNING, FINISHED, CANCELLED, REJECTED = (
     "unsubmitted",
@@ -62,8 +72,40 @@ class SimulationError(Exception):
     """The engine returned a plan that cannot be applied, or never came to rest."""
 
 
+def build_many(cls: type[_D], count: int, **columns: Iterable[Any]) -> list[_D]:
+    """``count`` objects of the frozen, slotted dataclass ``cls``: each column gives one field
+    its values, one per object in order; the other fields take their defaults. The objects are
+    those ``cls(**fields)`` makes one by one (equal, hashed and pickled alike), at half the
+    cost: a frozen dataclass's ``__init__`` sets each field with a Python call per field and
+    object, where this sets one field of every object with a ``map`` over its slot. The
+    replay makes two per job of a backlog at time 0 (the engine's ``Job``, the ``JobResult``).
+    ``TypeError`` for a class with a ``__post_init__`` or without slots, a field without a
+    column or a plain default, or a column that is no field; ``ValueError`` for a column of
+    another length."""
+    if hasattr(cls, "__post_init__"):
+        raise TypeError(f"{cls.__name__} has a __post_init__, which build_many would skip")
+    objects = list(map(object.__new__, repeat(cls, count)))
+    for field in fields(cls):
+        values = columns.pop(field.name, None)
+        slot = getattr(cls, field.name, None)
+        if not isinstance(slot, MemberDescriptorType):
+            raise TypeError(f"{cls.__name__}.{field.name} is not a slot")
+        setter = slot.__set__
+        if values is not None:
+            deque(starmap(setter, zip(objects, values, strict=True)), maxlen=0)
+        elif field.default is not MISSING:
+            deque(map(setter, objects, repeat(field.default)), maxlen=0)
+        else:
+            raise TypeError(f"{cls.__name__}.{field.name}: no column and no default")
+    if columns:
+        raise TypeError(f"{cls.__name__} has no field {', '.join(sorted(columns))}")
+    return objects
+
+
 class _Run:
-    """One job's life in the replay."""
+    """One job's life in the replay. Its admissions, preemptions and evictions are tuples,
+    made again at each (a job has few): the result takes them as they are, and a replay of a
+    backlog makes no list per job for the collector to walk."""
 
     __slots__ = (
         "admitted_at",
@@ -93,9 +135,9 @@ class _Run:
         self.preemptions = 0
         self.last_preempted_at: float | None = None
         self.queued_at = spec.submit
-        self.admitted_at: list[float] = []
-        self.preempted: list[PreemptionRecord] = []
-        self.evicted_at: list[float] = []
+        self.admitted_at: tuple[float, ...] = ()
+        self.preempted: tuple[PreemptionRecord, ...] = ()
+        self.evicted_at: tuple[float, ...] = ()
         self.finished_at: float | None = None
         self.cancelled_at: float | None = None
         self.generation = 0  # invalidates its scheduled finish when it stops early
@@ -218,8 +260,20 @@ class Replay:
         self.teams_tuple = scenario.teams
         self.policy = scenario.policy
 
-        self.runs = [_Run(spec) for spec in scenario.jobs]
-        self.by_id = {run.spec.id: run for run in self.runs}
+        # A record per job and the queue of submits, made with the cyclic collector paused
+        # (``run`` says why): with a hundred thousand jobs, the collections it would start on
+        # the way walk every record made so far and the scenario's jobs and find nothing,
+        # three quarters of this build.
+        with gc_paused():
+            self.runs = [_Run(spec) for spec in scenario.jobs]
+            self.by_id = {run.spec.id: run for run in self.runs}
+            # The jobs to submit by time, then seq (``runs`` is in seq order and the sort is
+            # stable), and the time each is due (``_submit_due`` bisects it).
+            submits = [run for run in self.runs if run.spec.running_since is None]
+            times = [max(0.0, run.spec.submit) for run in submits]
+            order = sorted(range(len(submits)), key=times.__getitem__)
+            self.submits = [submits[i] for i in order]
+            self.submit_times = [times[i] for i in order]
         self.pending: dict[int, _Run] = {}
         self.running: dict[int, _Run] = {}
         # The engine's Job of each pending and running run (by seq), and what changed since the
@@ -238,7 +292,6 @@ class Replay:
         self.base_added: tuple[dict[int, Job], dict[int, Job]] = ({}, {})
         self.serial = 0
         self.used: dict[tuple[str, str], int] = {}
-        self.pending_gpus: dict[tuple[str, str], tuple[int, int]] = {}
         # Running and pending GPUs per instance type, kept as they move (``_measure``).
         self.type_used: dict[str, int] = {}
         self.type_waiting: dict[str, int] = {}
@@ -257,10 +310,6 @@ class Replay:
         self._type_rates: tuple[int, int, dict[str, int]] = (0, 0, {})
         self.reasons: Mapping[str, PendingReason] = {}
 
-        self.submits = sorted(
-            (run for run in self.runs if run.spec.running_since is None),
-            key=lambda r: (max(0.0, r.spec.submit), r.spec.seq),
-        )
         self.next_submit = 0
         self.events = sorted(scenario.events, key=lambda e: (e.at, e.seq))
         self.next_event = 0
@@ -303,26 +352,53 @@ class Replay:
     def _add(self, table: dict[_K, int], key: _K, delta: int) -> None:
         table[key] = table.get(key, 0) + delta
 
-    def _enqueue(self, run: _Run, now: float, requeued: bool = False) -> None:
+    def _enqueue(self, run: _Run, now: float) -> None:
+        """Back to pending after a preemption or a lost node: its wait counts from now."""
         run.state = PENDING
-        # Waits count from submit, or from the requeue after a preemption or a lost node.
-        run.queued_at = now if requeued else run.spec.submit
+        run.queued_at = now
         run.job = run.pending_job()
         self.pending[run.spec.seq] = run
         self.pending_jobs[run.spec.seq] = run.job
         self.added[id(run.job)] = run.job
         self.base_added[1][id(run.job)] = run.job
-        key = (run.spec.team, run.spec.instance_type)
-        gpus, count = self.pending_gpus.get(key, (0, 0))
-        self.pending_gpus[key] = (gpus + run.spec.gpus, count + 1)
         self._add(self.type_waiting, run.spec.instance_type, run.spec.gpus)
+
+    def _enqueue_submitted(self, runs: list[_Run]) -> None:
+        """``runs``, submitted at one time (in queue order), become pending: what ``_enqueue``
+        does for each, table by table. At time 0 of a replayed backlog that is every job, and one
+        call per job and table would be a fifth of the replay's own time there. Their waits count
+        from their submit time (``queued_at`` already)."""
+        specs = [run.spec for run in runs]
+        seqs = [s.seq for s in specs]
+        if len(runs) < BUILD_MANY_FROM:
+            jobs = [run.pending_job() for run in runs]
+        else:  # the engine's ``Job`` as ``pending_job`` makes it for a job never preempted
+            jobs = build_many(
+                Job,
+                len(specs),
+                id=map(attrgetter("id"), specs),
+                team=map(attrgetter("team"), specs),
+                instance_type=map(attrgetter("instance_type"), specs),
+                gpus=map(attrgetter("gpus"), specs),
+                submit_time=map(attrgetter("submit"), specs),
+                seq=seqs,
+                priority_class=map(attrgetter("priority"), specs),
+            )
+        for run, job in zip(runs, jobs, strict=True):
+            run.state = PENDING
+            run.job = job
+        self.pending.update(zip(seqs, runs, strict=True))
+        self.pending_jobs.update(zip(seqs, jobs, strict=True))
+        keys = list(map(id, jobs))
+        self.added.update(zip(keys, jobs, strict=True))
+        self.base_added[1].update(zip(keys, jobs, strict=True))
+        waiting = self.type_waiting
+        for s in specs:
+            waiting[s.instance_type] = waiting.get(s.instance_type, 0) + s.gpus
 
     def _dequeue(self, run: _Run) -> None:
         del self.pending[run.spec.seq]
         self._removed(self.pending_jobs.pop(run.spec.seq))
-        key = (run.spec.team, run.spec.instance_type)
-        gpus, count = self.pending_gpus[key]
-        self.pending_gpus[key] = (gpus - run.spec.gpus, count - 1)
         self._add(self.type_waiting, run.spec.instance_type, -run.spec.gpus)
 
     def _start(
@@ -456,8 +532,8 @@ class Replay:
                 assert run.started_at is not None
                 self.node_down_lost += run.spec.gpus * (now - run.started_at)
                 self._stop(run)
-                run.evicted_at.append(now)
-                self._enqueue(run, now, requeued=True)
+                run.evicted_at += (now,)
+                self._enqueue(run, now)
             self.ready[node.name] = False
             self.capacity[node.instance_type] -= node.gpus
         self._nodes_changed()
@@ -479,19 +555,22 @@ class Replay:
         self.done += 1
 
     def _submit_due(self, now: float) -> None:
-        while (
-            self.next_submit < len(self.submits)
-            and max(0.0, self.submits[self.next_submit].spec.submit) <= now
-        ):
-            run = self.submits[self.next_submit]
-            self.next_submit += 1
-            if run.state != UNSUBMITTED:
-                continue  # cancelled before its submit time
-            if run.spec.id in self.scenario.rejected:
-                run.state = REJECTED
-                self.done += 1
-            else:
-                self._enqueue(run, now)
+        start = self.next_submit
+        end = bisect_right(self.submit_times, now, start)
+        if end == start:
+            return
+        self.next_submit = end
+        # Those cancelled before their submit time are left out.
+        due = [run for run in self.submits[start:end] if run.state == UNSUBMITTED]
+        rejected = self.scenario.rejected
+        if rejected:
+            for run in due:
+                if run.spec.id in rejected:
+                    run.state = REJECTED
+                    self.done += 1
+            due = [run for run in due if run.state == UNSUBMITTED]
+        if due:
+            self._enqueue_submitted(due)
 
     # ------------------------------------------------------------------------------------
     # Cycles
@@ -572,8 +651,8 @@ class Replay:
             self._stop(run)
             run.preemptions += 1
             run.last_preempted_at = now
-            run.preempted.append(PreemptionRecord(now, str(p.reason.value), p.preemptor))
-            self._enqueue(run, now, requeued=True)
+            run.preempted += (PreemptionRecord(now, str(p.reason.value), p.preemptor),)
+            self._enqueue(run, now)
             # Back-off (POLICY.md 3.5): the job may preempt again from now + 2^(n-1): give it a
             # cycle then (with a cycle interval, the first cycle time from then).
             heapq.heappush(
@@ -590,7 +669,7 @@ class Replay:
             self._check_placement(run, s.nodes, now)
             self._dequeue(run)
             self.waits.setdefault(run.spec.team, []).append(now - run.queued_at)
-            run.admitted_at.append(now)
+            run.admitted_at += (now,)
             self._start(run, s.nodes, now)
         return bool(plan.starts or plan.preemptions)
 
@@ -788,35 +867,40 @@ class Replay:
         return self._result(end_time)
 
     def _result(self, end_time: float) -> Result:
-        jobs: dict[str, JobResult] = {}
-        not_submitted = []
+        runs = [run for run in self.runs if run.state != UNSUBMITTED]
+        not_submitted = [run.spec.id for run in self.runs if run.state == UNSUBMITTED]
+        specs = [run.spec for run in runs]
+        states = [run.state for run in runs]
         counts = dict.fromkeys((RUNNING, PENDING, FINISHED, CANCELLED, REJECTED), 0)
-        for run in self.runs:
-            s = run.spec
-            if run.state == UNSUBMITTED:
-                not_submitted.append(s.id)
-                continue
-            counts[run.state] += 1
-            reason = None
-            if run.state == PENDING:
-                reason = self.reasons.get(s.id)
-            elif run.state == REJECTED:
-                reason = self.scenario.rejected[s.id]
-            jobs[s.id] = JobResult(
-                id=s.id,
-                team=s.team,
-                instance_type=s.instance_type,
-                gpus=s.gpus,
-                priority=s.priority,
-                submit=s.submit,
-                state=run.state,
-                admitted_at=tuple(run.admitted_at),
-                preempted=tuple(run.preempted),
-                finished_at=run.finished_at,
-                cancelled_at=run.cancelled_at,
-                pending_reason=reason,
-                evicted_at=tuple(run.evicted_at),
-            )
+        counts.update(Counter(states))
+        # The last plan's reasons read once as a dict: the engine's are a mapping made on
+        # demand, whose ``get`` would be a Python call per pending job.
+        reasons = dict(self.reasons.items())
+        rejected = self.scenario.rejected
+        why = [
+            reasons.get(s.id) if state == PENDING else rejected[s.id] if state == REJECTED else None
+            for s, state in zip(specs, states, strict=True)
+        ]
+        ids = [s.id for s in specs]
+        # A job's tuples of times and preemptions are its record's own (no copy).
+        results = build_many(
+            JobResult,
+            len(runs),
+            id=ids,
+            team=map(attrgetter("team"), specs),
+            instance_type=map(attrgetter("instance_type"), specs),
+            gpus=map(attrgetter("gpus"), specs),
+            priority=map(attrgetter("priority"), specs),
+            submit=map(attrgetter("submit"), specs),
+            state=states,
+            admitted_at=map(attrgetter("admitted_at"), runs),
+            preempted=map(attrgetter("preempted"), runs),
+            finished_at=map(attrgetter("finished_at"), runs),
+            cancelled_at=map(attrgetter("cancelled_at"), runs),
+            pending_reason=why,
+            evicted_at=map(attrgetter("evicted_at"), runs),
+        )
+        jobs = dict(zip(ids, results, strict=True))
         teams = {}
         all_waits: list[float] = []
         for name in self.teams:
@@ -867,7 +951,10 @@ def replay(
     progress: Progress | None = None,
 ) -> Result:
     """Replay ``scenario`` through ``allocate`` (the engine's by default) and report."""
-    return Replay(scenario, until=until, allocate=allocate, progress=progress).run()
+    # Built and run in one pause of the cyclic collector (``Replay.run`` says why), so that
+    # the records made before the run are walked once when it ends, not once more between.
+    with gc_paused():
+        return Replay(scenario, until=until, allocate=allocate, progress=progress).run()
 
 
 def initial_placement(
