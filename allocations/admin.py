@@ -38,7 +38,11 @@ from allocations.services import tokens as token_services
 
 class ServiceAdmin(admin.ModelAdmin):
     """Saves through ``create``/``update`` services (validated by the console form's rules);
-    deleting is left to the console, where a refusal can be explained."""
+    deleting is left to the console, where a refusal can be explained.
+
+    ``update`` takes the row as ``instance_kwarg``; without one, it is the service of a
+    one-per-cluster row (the cluster, its policy), which finds the row itself.
+    """
 
     create: Callable[..., Any] | None = None
     update: Callable[..., Any] | None = None
@@ -55,7 +59,8 @@ class ServiceAdmin(admin.ModelAdmin):
         if change:
             assert self.update is not None
             changed = {name: values[name] for name in form.changed_data if name in values}
-            saved = type(self).update(actor=request.user, **{self.instance_kwarg: obj}, **changed)
+            instance = {self.instance_kwarg: obj} if self.instance_kwarg else {}
+            saved = type(self).update(actor=request.user, **instance, **changed)
         else:
             assert self.create is not None
             saved = type(self).create(actor=request.user, **values)
@@ -76,20 +81,14 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 @admin.register(Cluster)
 class ClusterAdmin(ServiceAdmin):
     form = forms.ClusterForm
-    update = staticmethod(
-        lambda *, actor, cluster, **changes: services.cluster_update(actor=actor, **changes)
-    )
-    instance_kwarg = "cluster"
+    update = staticmethod(services.cluster_update)
     list_display = ["name", "backend_kind", "backend_healthy", "time_zone"]
 
 
 @admin.register(ClusterPolicy)
 class ClusterPolicyAdmin(ServiceAdmin):
     form = forms.ClusterPolicyForm
-    update = staticmethod(
-        lambda *, actor, cluster_policy, **changes: services.cluster_policy_update(actor=actor, **changes)
-    )
-    instance_kwarg = "cluster_policy"
+    update = staticmethod(services.cluster_policy_update)
     list_display = ["cluster", "idle_allocation", "task_ranking", "share_unallocated", "queueing"]
 
 
@@ -122,15 +121,22 @@ class PriorityClassAdmin(ServiceAdmin):
     list_display = ["name", "weight", "description"]
 
 
-class TeamQuotaInline(admin.TabularInline):
-    model = TeamQuota
-    fields = ["instance_type", *policy_fields.QUOTA_FIELDS]
-    readonly_fields = fields
+class ReadOnlyInline(admin.TabularInline):
+    """Rows shown under their parent, every field read-only: none added, changed or deleted."""
+
     extra = 0
     can_delete = False
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.fields
+
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class TeamQuotaInline(ReadOnlyInline):
+    model = TeamQuota
+    fields = ["instance_type", *policy_fields.QUOTA_FIELDS]
 
 
 @admin.register(Team)
@@ -167,16 +173,10 @@ class TeamQuotaAdmin(ReadOnlyAdmin):
     list_filter = ["instance_type"]
 
 
-class JobEventInline(admin.TabularInline):
+class JobEventInline(ReadOnlyInline):
     model = JobEvent
     fk_name = "job"
     fields = ["at", "kind", "reason", "nodes", "preemptor", "message"]
-    readonly_fields = fields
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Job)

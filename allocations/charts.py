@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -107,6 +107,45 @@ def _long_series(rows: Sequence[Row]) -> dict[str, tuple[list[Any], list[Any]]]:
     return series
 
 
+def _line_traces(rows: Sequence[Row], style: Callable[[str], Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One line per series of a long table, each with the keys ``style`` gives its name."""
+    return [
+        {"type": "scatter", "mode": "lines", "name": name, "x": xs, "y": ys, **style(name)}
+        for name, (xs, ys) in _long_series(rows).items()
+    ]
+
+
+def _gpus_over_time(key: str, title: str, rows: Sequence[Row], traces: list[dict[str, Any]]) -> Chart:
+    """A chart of GPUs over time, from a long (time, series, GPUs) table."""
+    figure = {
+        "data": traces,
+        "layout": _layout(title, yaxis={"title": {"text": "GPUs"}}, annotations=_empty_note(rows)),
+    }
+    return Chart(key, title, ("time", "series", "gpus"), tuple(rows), figure)
+
+
+def _bars_by_team(
+    key: str, title: str, columns: tuple[str, ...], rows: tuple[Row, ...], bars: tuple[str, str], unit: str
+) -> Chart:
+    """Two bars per team, side by side: ``rows`` are (team, first bar, second bar, ...), ``bars``
+    name the two bars and ``unit`` their axis."""
+    names = [r[0] for r in rows]
+    figure = {
+        "data": [
+            {"type": "bar", "name": bars[0], "x": names, "y": [r[1] for r in rows]},
+            {"type": "bar", "name": bars[1], "x": names, "y": [r[2] for r in rows]},
+        ],
+        "layout": _layout(
+            title,
+            barmode="group",
+            hovermode="closest",
+            yaxis={"title": {"text": unit}},
+            annotations=_empty_note(rows),
+        ),
+    }
+    return Chart(key, title, columns, rows, figure)
+
+
 def capacity_chart(capacity: Iterable[Mapping[str, Any]], team_usage: Iterable[Mapping[str, Any]]) -> Chart:
     """Capacity, allocated (stacked by team) and idle GPUs over time.
 
@@ -137,12 +176,7 @@ def capacity_chart(capacity: Iterable[Mapping[str, Any]], team_usage: Iterable[M
                     "line": {"color": "#222" if name == "capacity" else "#999", "dash": dash, "width": 2},
                 }
             )
-    title = "Capacity, allocated by team, and idle GPUs"
-    figure = {
-        "data": traces,
-        "layout": _layout(title, yaxis={"title": {"text": "GPUs"}}, annotations=_empty_note(rows)),
-    }
-    return Chart("capacity", title, ("time", "series", "gpus"), tuple(rows), figure)
+    return _gpus_over_time("capacity", "Capacity, allocated by team, and idle GPUs", rows, traces)
 
 
 def lending_chart(teams: Iterable[Mapping[str, Any]]) -> Chart:
@@ -154,22 +188,9 @@ def lending_chart(teams: Iterable[Mapping[str, Any]]) -> Chart:
         (t["team"], gpus(t["borrowed_gpu_hours"]), gpus(t["lent_gpu_hours"]))
         for t in sorted(teams, key=lambda t: t["team"])
     )
-    names = [r[0] for r in rows]
     title = "Borrowed and lent GPU-hours by team"
-    figure = {
-        "data": [
-            {"type": "bar", "name": "borrowed", "x": names, "y": [r[1] for r in rows]},
-            {"type": "bar", "name": "lent", "x": names, "y": [r[2] for r in rows]},
-        ],
-        "layout": _layout(
-            title,
-            barmode="group",
-            hovermode="closest",
-            yaxis={"title": {"text": "GPU-hours"}},
-            annotations=_empty_note(rows),
-        ),
-    }
-    return Chart("lending", title, ("team", "borrowed_gpu_hours", "lent_gpu_hours"), rows, figure)
+    columns = ("team", "borrowed_gpu_hours", "lent_gpu_hours")
+    return _bars_by_team("lending", title, columns, rows, ("borrowed", "lent"), "GPU-hours")
 
 
 def idle_while_waiting_chart(points: Iterable[Mapping[str, Any]]) -> Chart:
@@ -185,21 +206,15 @@ def idle_while_waiting_chart(points: Iterable[Mapping[str, Any]]) -> Chart:
         rows.append((at, "pending demand", gpus(p["pending"])))
         rows.append((at, "idle", gpus(p["idle"])))
     rows.sort(key=lambda r: ("idle while jobs waited", "pending demand", "idle").index(r[1]))
-    traces = []
-    for name, (xs, ys) in _long_series(rows).items():
-        trace: dict[str, Any] = {"type": "scatter", "mode": "lines", "name": name, "x": xs, "y": ys}
-        if name == "idle while jobs waited":
-            trace["fill"] = "tozeroy"
-            trace["line"] = {"color": "#d62728"}
-        else:
-            trace["line"] = {"dash": "dot"}
-        traces.append(trace)
-    title = "GPUs left idle while jobs waited"
-    figure = {
-        "data": traces,
-        "layout": _layout(title, yaxis={"title": {"text": "GPUs"}}, annotations=_empty_note(rows)),
-    }
-    return Chart("idle_while_waiting", title, ("time", "series", "gpus"), tuple(rows), figure)
+    traces = _line_traces(
+        rows,
+        lambda name: (
+            {"fill": "tozeroy", "line": {"color": "#d62728"}}
+            if name == "idle while jobs waited"
+            else {"line": {"dash": "dot"}}
+        ),
+    )
+    return _gpus_over_time("idle_while_waiting", "GPUs left idle while jobs waited", rows, traces)
 
 
 def preemptions_chart(points: Iterable[Mapping[str, Any]], *, key: str = "preemptions") -> Chart:
@@ -245,23 +260,10 @@ def fair_share_chart(teams: Iterable[Mapping[str, Any]]) -> Chart:
         )
         for t in teams
     )
-    names = [r[0] for r in rows]
     title = "Share of borrowed capacity beside fair-share weight"
-    figure = {
-        "data": [
-            {"type": "bar", "name": "share of borrowed GPU-hours (%)", "x": names, "y": [r[1] for r in rows]},
-            {"type": "bar", "name": "share of weight (%)", "x": names, "y": [r[2] for r in rows]},
-        ],
-        "layout": _layout(
-            title,
-            barmode="group",
-            hovermode="closest",
-            yaxis={"title": {"text": "%"}},
-            annotations=_empty_note(rows),
-        ),
-    }
     columns = ("team", "borrowed_share_percent", "weight_share_percent", "borrowed_gpu_hours", "weight")
-    return Chart("fair_share", title, columns, rows, figure)
+    bars = ("share of borrowed GPU-hours (%)", "share of weight (%)")
+    return _bars_by_team("fair_share", title, columns, rows, bars, "%")
 
 
 def team_usage_chart(points: Iterable[Mapping[str, Any]]) -> Chart:
@@ -272,20 +274,9 @@ def team_usage_chart(points: Iterable[Mapping[str, Any]]) -> Chart:
     names = ("quota", "used", "borrowed", "lent")
     points = points_list(points)
     rows: list[Row] = [(iso(p["at"]), name, gpus(p[name])) for name in names for p in points]
-    traces = []
-    for name, (xs, ys) in _long_series(rows).items():
-        trace: dict[str, Any] = {"type": "scatter", "mode": "lines", "name": name, "x": xs, "y": ys}
-        if name == "quota":
-            trace["line"] = {"color": "#222", "dash": "dash"}
-        elif name == "used":
-            trace["fill"] = "tozeroy"
-        traces.append(trace)
-    title = "Quota, used, borrowed and lent GPUs"
-    figure = {
-        "data": traces,
-        "layout": _layout(title, yaxis={"title": {"text": "GPUs"}}, annotations=_empty_note(rows)),
-    }
-    return Chart("usage", title, ("time", "series", "gpus"), tuple(rows), figure)
+    styles = {"quota": {"line": {"color": "#222", "dash": "dash"}}, "used": {"fill": "tozeroy"}}
+    traces = _line_traces(rows, lambda name: styles.get(name, {}))
+    return _gpus_over_time("usage", "Quota, used, borrowed and lent GPUs", rows, traces)
 
 
 def pending_chart(points: Iterable[Mapping[str, Any]]) -> Chart:
@@ -296,15 +287,12 @@ def pending_chart(points: Iterable[Mapping[str, Any]]) -> Chart:
     names = ("pending_gpus", "running_jobs", "pending_jobs")
     points = points_list(points)
     rows: list[Row] = [(iso(p["at"]), name, gpus(p[name])) for name in names for p in points]
-    traces = []
-    for name, (xs, ys) in _long_series(rows).items():
-        trace: dict[str, Any] = {"type": "scatter", "mode": "lines", "name": name, "x": xs, "y": ys}
-        if name != "pending_gpus":
-            trace["yaxis"] = "y2"
-            trace["line"] = {"dash": "dot"}
-        else:
-            trace["fill"] = "tozeroy"
-        traces.append(trace)
+    traces = _line_traces(
+        rows,
+        lambda name: (
+            {"fill": "tozeroy"} if name == "pending_gpus" else {"yaxis": "y2", "line": {"dash": "dot"}}
+        ),
+    )
     title = "Pending demand and jobs"
     figure = {
         "data": traces,

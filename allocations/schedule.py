@@ -13,40 +13,20 @@ from typing import Any
 def beat_schedule(allocation_interval: int) -> dict[str, dict[str, Any]]:
     """The schedule, given ``ALLOCATION_INTERVAL`` (seconds between allocation cycles)."""
     return {
-        "allocation-cycle": {
-            "task": "allocations.run_cycle",
-            "schedule": float(allocation_interval),
-            "kwargs": {"trigger": "beat"},
-            # A tick that waited in the queue longer than one interval is superseded by the next.
-            "options": {"expires": float(allocation_interval)},
-        },
+        "allocation-cycle": _every(allocation_interval, "allocations.run_cycle", kwargs={"trigger": "beat"}),
         # Does nothing unless the cluster's backend_settings has "demo_workload": true.
-        "demo-workload": {
-            "task": "allocations.demo_workload",
-            "schedule": float(allocation_interval),
-            "options": {"expires": float(allocation_interval)},
-        },
-        "capacity-history": {
-            "task": "allocations.record_history",
-            "schedule": 60.0,
-            "options": {"expires": 60.0},
-        },
+        "demo-workload": _every(allocation_interval, "allocations.demo_workload"),
+        "capacity-history": _every(60, "allocations.record_history"),
         # reports/services.py: pending reasons every PENDING_SAMPLE_MINUTES (5); the weekly
         # reports are checked hourly and sent once a week (beat runs in UTC, the cluster not).
-        "pending-reasons": {
-            "task": "allocations.sample_pending_reasons",
-            "schedule": 300.0,
-            "options": {"expires": 300.0},
-        },
+        "pending-reasons": _every(300, "allocations.sample_pending_reasons"),
         # whatif/runs.py: a run whose worker stopped becomes "failed" instead of "running".
-        "whatif-reaper": {
-            "task": "allocations.whatif.reap",
-            "schedule": 60.0,
-            "options": {"expires": 60.0},
-        },
-        "weekly-reports": {
-            "task": "allocations.send_weekly_reports",
-            "schedule": 3600.0,
-            "options": {"expires": 3600.0},
-        },
+        "whatif-reaper": _every(60, "allocations.whatif.reap"),
+        "weekly-reports": _every(3600, "allocations.send_weekly_reports"),
     }
+
+
+def _every(seconds: float, task: str, **entry: Any) -> dict[str, Any]:
+    """``task`` every ``seconds``. A tick that waited in the queue longer than one period
+    expires: the next one supersedes it."""
+    return {"task": task, "schedule": float(seconds), **entry, "options": {"expires": float(seconds)}}

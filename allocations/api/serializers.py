@@ -66,6 +66,25 @@ class NameField(serializers.SlugRelatedField):
         return super().to_internal_value(data)
 
 
+def team_by_name() -> NameField:
+    """A team named by its name. Serializers that take one from any user narrow its queryset to
+    the teams that user sees, hence the message."""
+    return NameField(
+        slug_field="name",
+        queryset=Team.objects.all(),
+        error_messages={"does_not_exist": "No team called {value} that you can see."},
+    )
+
+
+def instance_type_by_name() -> NameField:
+    """An instance type named by its name."""
+    return NameField(
+        slug_field="name",
+        queryset=InstanceType.objects.all(),
+        error_messages={"does_not_exist": "No instance type is called {value}."},
+    )
+
+
 class ErrorsQuoteValues:
     """Mixin: field errors quote the value that was sent."""
 
@@ -83,11 +102,7 @@ class InstanceTypeSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
 
 
 class NodeSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
-    instance_type = NameField(
-        slug_field="name",
-        queryset=InstanceType.objects.all(),
-        error_messages={"does_not_exist": "No instance type is called {value}."},
-    )
+    instance_type = instance_type_by_name()
 
     class Meta:
         model = Node
@@ -127,16 +142,8 @@ class QuotaSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
     """A team's quota of one instance type. Writing one (cluster admins) sets it: it is created
     on first use, then changed; ``team`` and ``instance_type`` cannot change afterwards."""
 
-    team = NameField(
-        slug_field="name",
-        queryset=Team.objects.all(),
-        error_messages={"does_not_exist": "No team called {value} that you can see."},
-    )
-    instance_type = NameField(
-        slug_field="name",
-        queryset=InstanceType.objects.all(),
-        error_messages={"does_not_exist": "No instance type is called {value}."},
-    )
+    team = team_by_name()
+    instance_type = instance_type_by_name()
 
     class Meta:
         model = TeamQuota
@@ -204,17 +211,9 @@ class JobSerializer(serializers.ModelSerializer):
 class JobSubmitSerializer(ErrorsQuoteValues, serializers.Serializer):
     """What a client sends to submit a job. ``team``: one of the teams you see."""
 
-    team = NameField(
-        slug_field="name",
-        queryset=Team.objects.all(),
-        error_messages={"does_not_exist": "No team called {value} that you can see."},
-    )
+    team = team_by_name()
     name = serializers.CharField(max_length=200)
-    instance_type = NameField(
-        slug_field="name",
-        queryset=InstanceType.objects.all(),
-        error_messages={"does_not_exist": "No instance type is called {value}."},
-    )
+    instance_type = instance_type_by_name()
     gpus = serializers.IntegerField(min_value=1)
     priority_class = NameField(
         slug_field="name",
@@ -270,11 +269,7 @@ class MembershipSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
     """A user's role in a team. Team admins add (``team``, ``username``, ``role``), change the
     role and remove; the last team admin of a team stays."""
 
-    team = NameField(
-        slug_field="name",
-        queryset=Team.objects.all(),
-        error_messages={"does_not_exist": "No team called {value} that you can see."},
-    )
+    team = team_by_name()
     # Among the users the requester may add (``memberships.addable_users``, set below): a name
     # they may not add is answered like a name nobody has.
     username = NameField(

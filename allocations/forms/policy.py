@@ -6,7 +6,7 @@ message, naming the field and the value, whether a change comes from the console
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 from django import forms
@@ -30,13 +30,17 @@ from allocations.services import memberships
 from allocations.services import policy as rules
 
 
-def apply_errors(form: forms.BaseForm, exc: ValidationError) -> None:
-    """Put a service's ValidationError on the form: a field's message on that field, anything
-    about fields the form does not show at the top of the form."""
+def apply_errors(
+    form: forms.BaseForm, exc: ValidationError, renamed: Mapping[str, str] | None = None
+) -> None:
+    """Put a service's ValidationError on the form: a field's message on that field (``renamed``:
+    the service's name of a field -> the form's), anything about fields the form does not show
+    at the top of the form."""
     if not hasattr(exc, "error_dict"):
         form.add_error(None, exc)
         return
     for field, errors in exc.error_dict.items():
+        field = (renamed or {}).get(field, field)
         form.add_error(field if field in form.fields else None, errors)
 
 
@@ -263,7 +267,24 @@ class ServedRowsFormSet(forms.BaseFormSet):
                 )
 
 
+def _int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
 class BaseTeamQuotaFormSet(ServedRowsFormSet):
+    def rows(self, instance_types: Iterable[InstanceType]) -> list[tuple[TeamQuotaForm, InstanceType | None]]:
+        """Each quota form with its instance type, for the table's first column: the posted
+        type when the page is drawn again with errors, else the initial one."""
+        types = {t.pk: t for t in instance_types}
+        rows = []
+        for form in self.forms:
+            value = form["instance_type"].value()
+            rows.append((form, value if isinstance(value, InstanceType) else types.get(_int_or_none(value))))
+        return rows
+
     def clean(self) -> None:
         super().clean()
         seen: set[int] = set()
@@ -360,18 +381,15 @@ class MembershipForm(PolicyForm):
             raise ValidationError(f"There is no user named {username!r}.")
         return user
 
+    def service_values(self) -> dict[str, Any]:
+        """``membership_add``'s values: the role and report setting, and the user named."""
+        return {**super().service_values(), "user": self.cleaned_data["username"]}
+
     def clean(self) -> dict[str, Any]:
         cleaned = forms.ModelForm.clean(self)
         if not self.errors:
             try:
-                memberships.validate_membership(
-                    {
-                        "role": cleaned["role"],
-                        "weekly_report": cleaned["weekly_report"],
-                        "user": cleaned["username"],
-                        "team": self.team,
-                    }
-                )
+                memberships.validate_membership({**self.service_values(), "team": self.team})
             except ValidationError as exc:
                 apply_errors(self, exc)
         return cleaned
@@ -386,6 +404,23 @@ class MembershipRoleForm(PolicyForm):
 
 
 # --- Filters of the console's lists (GET forms) -------------------------------------------------
+def day_field(label: str, called: str = "") -> forms.DateField:
+    """An optional day from the browser's date picker; a value that is not a date is refused
+    with a message that names the field as ``called`` (default: its label)."""
+    return forms.DateField(
+        required=False,
+        label=label,
+        widget=forms.DateInput(attrs={"type": "date"}),
+        error_messages={"invalid": f"{called or label} must be a date like 2026-01-31."},
+    )
+
+
+def check_day_order(form: forms.Form, since: Any, until: Any) -> None:
+    """A range of days that ends before it starts is an error on its ``until`` field."""
+    if since and until and since > until:
+        form.add_error("until", f"To ({until}) must not be before From ({since}).")
+
+
 class JobFilterForm(forms.Form):
     team = forms.ModelChoiceField(
         queryset=Team.objects.all(), to_field_name="name", required=False, empty_label="All teams"
@@ -397,18 +432,8 @@ class AuditFilterForm(forms.Form):
     object_type = forms.ChoiceField(required=False, label="Object type")
     object = forms.CharField(required=False, label="Object", max_length=200)
     actor = forms.ChoiceField(required=False, label="Actor")
-    since = forms.DateField(
-        required=False,
-        label="From",
-        widget=forms.DateInput(attrs={"type": "date"}),
-        error_messages={"invalid": "From must be a date like 2026-01-31."},
-    )
-    until = forms.DateField(
-        required=False,
-        label="To",
-        widget=forms.DateInput(attrs={"type": "date"}),
-        error_messages={"invalid": "To must be a date like 2026-01-31."},
-    )
+    since = day_field("From")
+    until = day_field("To")
 
     def __init__(self, *args: Any, object_types: list[str], actors: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -417,7 +442,5 @@ class AuditFilterForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
-        since, until = cleaned.get("since"), cleaned.get("until")
-        if since and until and since > until:
-            self.add_error("until", f"To ({until}) must not be before From ({since}).")
+        check_day_order(self, cleaned.get("since"), cleaned.get("until"))
         return cleaned

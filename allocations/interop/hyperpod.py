@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -511,15 +511,10 @@ def _read_quota(
 
     percent = sharing.get("BorrowLimit", 50)
     quotas: dict[str, QuotaSettings] = {}
-    for i, resource in enumerate(config.get("ComputeQuotaResources", [])):
-        item_path = join_path(path, f"ComputeQuotaConfig.ComputeQuotaResources[{i}]")
-        type_name = resource["InstanceType"]
-        gpus = _gpus(item_path, resource, known_types, problems)
-        if gpus is None:
-            continue
-        if type_name in quotas:
-            problems.append(Problem(join_path(item_path, "InstanceType"), f"{type_name!r} is given twice"))
-            continue
+    resources = config.get("ComputeQuotaResources", [])
+    for item_path, type_name, gpus in _resources(
+        join_path(path, "ComputeQuotaConfig.ComputeQuotaResources"), resources, known_types, problems
+    ):
         quotas[type_name] = QuotaSettings(
             type_name,
             {
@@ -530,17 +525,13 @@ def _read_quota(
             },
             path=item_path,
         )
-    limited: set[str] = set()
-    for i, resource in enumerate(sharing.get("AbsoluteBorrowLimits", [])):
-        item_path = join_path(path, f"ComputeQuotaConfig.ResourceSharingConfig.AbsoluteBorrowLimits[{i}]")
-        type_name = resource["InstanceType"]
-        gpus = _gpus(item_path, resource, known_types, problems)
-        if gpus is None:
-            continue
-        if type_name in limited:
-            problems.append(Problem(join_path(item_path, "InstanceType"), f"{type_name!r} is given twice"))
-            continue
-        limited.add(type_name)
+    limits = sharing.get("AbsoluteBorrowLimits", [])
+    for item_path, type_name, gpus in _resources(
+        join_path(path, "ComputeQuotaConfig.ResourceSharingConfig.AbsoluteBorrowLimits"),
+        limits,
+        known_types,
+        problems,
+    ):
         quota = quotas.setdefault(
             type_name,
             QuotaSettings(type_name, {"quota": 0}, path=item_path),
@@ -552,6 +543,25 @@ def _read_quota(
         else:
             quota.values.update(borrow_limit_kind="absolute", borrow_limit=gpus)
     return TeamSettings(name, values, list(quotas.values()), path=path)
+
+
+def _resources(
+    path: str, resources: Iterable[dict[str, Any]], known_types: dict[str, Any], problems: list[Problem]
+) -> Iterator[tuple[str, str, int]]:
+    """(path, instance type, GPUs) of each entry of the list of per-type resources at ``path``
+    whose GPUs can be imported; an entry that repeats an instance type is a problem."""
+    seen: set[str] = set()
+    for i, resource in enumerate(resources):
+        item_path = join_path(path, f"[{i}]")
+        type_name = resource["InstanceType"]
+        gpus = _gpus(item_path, resource, known_types, problems)
+        if gpus is None:
+            continue
+        if type_name in seen:
+            problems.append(Problem(join_path(item_path, "InstanceType"), f"{type_name!r} is given twice"))
+            continue
+        seen.add(type_name)
+        yield item_path, type_name, gpus
 
 
 def _gpus(

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import date, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db.models import Case, F, IntegerField, QuerySet, Sum, Value, When
 
@@ -41,7 +41,7 @@ from allocations.models import (
     Team,
     TeamUsageRollup,
 )
-from allocations.selectors.history import JobActivity, job_activity, mean_wait, p95_wait
+from allocations.selectors.history import JobActivity, WaitStatistics, job_activity
 from allocations.services.history import PREEMPTION_FIELDS
 
 from .weeks import Week
@@ -52,6 +52,8 @@ UNDERUSED_SHARE = 0.5
 UNDERUSED_WEEKS = 4
 TOP = 3  # lenders and borrowers named in the cluster report
 TOP_PENDING_REASONS = 3
+
+Figures = TypeVar("Figures", "Usage", "Jobs")
 
 
 # --- The figures -------------------------------------------------------------------------------
@@ -85,16 +87,7 @@ class Usage:
         return self.used_within_quota / self.quota if self.quota else None
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            quota=self.quota + other.quota,
-            used_within_quota=self.used_within_quota + other.used_within_quota,
-            borrowed=self.borrowed + other.borrowed,
-            lent=self.lent + other.lent,
-            idle_quota=self.idle_quota + other.idle_quota,
-            cost_own=self.cost_own + other.cost_own,
-            cost_borrowed=self.cost_borrowed + other.cost_borrowed,
-            preemptions=self.preemptions + other.preemptions,
-        )
+        return _added(self, other)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +131,7 @@ class PendingReasonTotal:
 
 
 @dataclass(frozen=True, slots=True)
-class Jobs:
+class Jobs(WaitStatistics):
     """What the team's jobs did in the week: the preemptions they suffered as the history (and
     the dashboards) counted them, everything else from their JobEvent rows (``JobActivity``)."""
 
@@ -170,14 +163,6 @@ class Jobs:
         without its jobs, such as an imported or synthetic one): the GPU-hours they lost and who
         caused them are not known."""
         return max(0, self.preempted - self.preemptions_recorded)
-
-    @property
-    def mean_wait(self) -> float | None:
-        return mean_wait(self.waits)
-
-    @property
-    def p95_wait(self) -> float | None:
-        return p95_wait(self.waits)
 
     @property
     def preempted(self) -> int:
@@ -326,17 +311,15 @@ def _merge_jobs(parts: Iterable[Jobs]) -> Jobs:
     for part in parts:
         for reason, n in part.preemptions_suffered.items():
             suffered[reason] += n
-        total = replace(
-            total,
-            started=total.started + part.started,
-            finished=total.finished + part.finished,
-            failed=total.failed + part.failed,
-            waits=total.waits + part.waits,
-            preemptions_caused=total.preemptions_caused + part.preemptions_caused,
-            gpu_hours_lost=total.gpu_hours_lost + part.gpu_hours_lost,
-            preemptions_recorded=total.preemptions_recorded + part.preemptions_recorded,
-        )
+        total = _added(total, part, preemptions_suffered={})
     return replace(total, preemptions_suffered=dict(sorted(suffered.items())))
+
+
+def _added(a: Figures, b: Figures, **others: Any) -> Figures:
+    """``a`` and ``b`` added field by field (numbers summed, tuples joined), but for the fields
+    ``others`` gives the values of."""
+    sums = {f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(a) if f.name not in others}
+    return replace(a, **sums, **others)
 
 
 def _sum_usage(parts: Iterable[Usage]) -> Usage:

@@ -458,8 +458,24 @@ def wait_time_bins(
 
 
 # --- Jobs: what they did, from their JobEvent rows -------------------------------------------
+class WaitStatistics:
+    """The mean and the 95th percentile of ``waits`` (seconds, one per start), for the figures
+    that hold a span's waits (here and in the weekly reports)."""
+
+    __slots__ = ()
+    waits: tuple[float, ...]
+
+    @property
+    def mean_wait(self) -> float | None:
+        return mean_wait(self.waits)
+
+    @property
+    def p95_wait(self) -> float | None:
+        return p95_wait(self.waits)
+
+
 @dataclass(frozen=True, slots=True)
-class JobActivity:
+class JobActivity(WaitStatistics):
     """What a team's jobs did in a span of time, read from their JobEvent rows (the only record
     of each start and preemption: a job row keeps only its last start)."""
 
@@ -470,14 +486,6 @@ class JobActivity:
     preempted: int = 0  # preempted events of its jobs
     preemptions_caused: int = 0  # preempted events whose preemptor is its job
     gpu_hours_lost: float = 0.0
-
-    @property
-    def mean_wait(self) -> float | None:
-        return mean_wait(self.waits)
-
-    @property
-    def p95_wait(self) -> float | None:
-        return p95_wait(self.waits)
 
 
 def mean_wait(waits: Sequence[float]) -> float | None:

@@ -1,4 +1,6 @@
-"""The audit trail of policy changes: one AuditEntry per changed field, written by the services.
+"""The audit trail of policy changes: one AuditEntry per changed field, written by the services,
+and the audited change of a row's settings (``refuse_unknown``, ``apply_changes``) that the
+policy and membership services share.
 
 Values are stored as readable text (a choice's policy word, a related row's name, "yes"/"no",
 "(none)") because the audit page and its readers see them long after the rows have changed.
@@ -7,11 +9,12 @@ Values are stored as readable text (a choice's policy word, a related row's name
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils import timezone
 
@@ -19,6 +22,8 @@ from allocations.choices import AuditAction
 from allocations.models import AuditEntry
 
 NONE_TEXT = "(none)"
+
+M = TypeVar("M", bound=models.Model)
 
 
 def value_text(value: Any) -> str:
@@ -86,16 +91,7 @@ def record_create(
     *, actor: Any, obj: models.Model, values: Mapping[str, Any], object_repr: str | None = None
 ) -> AuditEntry:
     """One "create" entry whose new value lists the settings the object was created with."""
-    summary = "; ".join(f"{name}: {value_text(value)}" for name, value in values.items())
-    entry = _entry(
-        actor=actor,
-        action=AuditAction.CREATE,
-        obj=obj,
-        object_repr=object_repr or object_label(obj),
-        new=summary,
-    )
-    entry.save()
-    return entry
+    return _record_settings(actor, AuditAction.CREATE, obj, values, object_repr, side="new")
 
 
 def record_changes(
@@ -130,13 +126,56 @@ def record_delete(
     *, actor: Any, obj: models.Model, values: Mapping[str, Any], object_repr: str | None = None
 ) -> AuditEntry:
     """One "delete" entry whose old value lists the settings the object had (call before delete)."""
+    return _record_settings(actor, AuditAction.DELETE, obj, values, object_repr, side="old")
+
+
+def _record_settings(
+    actor: Any,
+    action: str,
+    obj: models.Model,
+    values: Mapping[str, Any],
+    object_repr: str | None,
+    *,
+    side: str,
+) -> AuditEntry:
+    """One entry that lists all of ``values`` on one ``side`` (``old`` or ``new``): an object
+    that comes or goes is recorded whole, not field by field."""
     summary = "; ".join(f"{name}: {value_text(value)}" for name, value in values.items())
     entry = _entry(
-        actor=actor,
-        action=AuditAction.DELETE,
-        obj=obj,
-        object_repr=object_repr or object_label(obj),
-        old=summary,
+        actor=actor, action=action, obj=obj, object_repr=object_repr or object_label(obj), **{side: summary}
     )
     entry.save()
     return entry
+
+
+# --- The audited change of a row's settings, shared by the services that write them -----------
+def refuse_unknown(changes: Mapping[str, Any], fields: Iterable[str]) -> None:
+    """Refuse a change of anything but ``fields``, the settings a write may change and the
+    trail records, with one error per unknown name."""
+    unknown = sorted(set(changes) - set(fields))
+    if unknown:
+        raise ValidationError(
+            {name: f"{name!r} is not a setting that can be changed here." for name in unknown}
+        )
+
+
+def apply_changes(
+    *,
+    actor: Any,
+    obj: M,
+    fields: Sequence[str],
+    changes: Mapping[str, Any],
+    validate: Callable[[Mapping[str, Any], M], None],
+    object_repr: Callable[[M], str] = object_label,
+) -> None:
+    """Check ``obj``'s settings with ``changes`` merged in (``validate(values, obj)`` raises),
+    set and save them, and record one entry per changed field, under the name ``object_repr``
+    gives the changed row. ``obj`` is the row as read under the caller's lock, inside the
+    caller's transaction."""
+    before = field_values(obj, fields)
+    validate({**before, **changes}, obj)
+    for name, value in changes.items():
+        setattr(obj, name, value)
+    obj.save()
+    after = field_values(obj, fields)
+    record_changes(actor=actor, obj=obj, before=before, after=after, object_repr=object_repr(obj))

@@ -19,17 +19,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Max, Min, Sum
+from django.db.models import Aggregate, Count, Func, Max, Min, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncHour
 
 from allocations import engine
 from allocations.choices import JobEventKind
-from allocations.engine.accounting import account_snapshot
+from allocations.engine.accounting import InstanceTypeUsage, account_snapshot
 from allocations.models import (
     CapacityMinute,
     CapacityRollup,
@@ -144,36 +145,26 @@ def measure(
             running[(job.team, job.instance_type)] += 1
     teams = [
         TeamSample(
-            team=row.team,
-            instance_type=row.instance_type,
-            quota=row.quota,
-            used=row.used,
-            used_within_quota=row.used_within_quota,
-            borrowed=row.borrowed,
-            lent=row.lent,
-            idle_quota=row.idle_quota,
-            pending_gpus=row.pending_gpus,
+            **_accounted(row, TeamSample),
             running_jobs=running[(row.team, row.instance_type)],
-            pending_jobs=row.pending_jobs,
             preemptions=dict(preemptions.get((row.team, row.instance_type), {})),
         )
         for row in accounting.teams
     ]
-    capacity = [
-        CapacitySample(
-            instance_type=row.instance_type,
-            capacity=row.capacity,
-            allocated=row.allocated,
-            idle=row.idle,
-            unallocated=row.unallocated,
-            pending_gpus=row.pending_gpus,
-            pending_jobs=row.pending_jobs,
-            # GPUs that sat idle although jobs of this type waited for them.
-            idle_while_waiting=min(row.idle, row.pending_gpus),
-        )
-        for row in accounting.instance_types
-    ]
-    return teams, capacity
+    return teams, [capacity_sample(row) for row in accounting.instance_types]
+
+
+def capacity_sample(row: InstanceTypeUsage) -> CapacitySample:
+    """The sample of an instance type from the engine's accounting of it."""
+    # GPUs that sat idle although jobs of this type waited for them.
+    idle_while_waiting = min(row.idle, row.pending_gpus)
+    return CapacitySample(**_accounted(row, CapacitySample), idle_while_waiting=idle_while_waiting)
+
+
+def _accounted(row: object, sample: type) -> dict[str, Any]:
+    """The fields of ``sample`` that the engine's accounting ``row`` has, with their values:
+    a sample holds the accounting's figures as they are, and adds its own."""
+    return {f.name: getattr(row, f.name) for f in fields(sample) if hasattr(row, f.name)}
 
 
 def preemptions_between(start: datetime, end: datetime) -> dict[tuple[str, str], dict[str, int]]:
@@ -210,15 +201,7 @@ def write_samples(minute: datetime, teams: Iterable[TeamSample], capacity: Itera
             minute=minute,
             team_id=team_ids[s.team],
             instance_type_id=type_ids[s.instance_type],
-            quota=s.quota,
-            used=s.used,
-            used_within_quota=s.used_within_quota,
-            borrowed=s.borrowed,
-            lent=s.lent,
-            idle_quota=s.idle_quota,
-            pending_gpus=s.pending_gpus,
-            running_jobs=s.running_jobs,
-            pending_jobs=s.pending_jobs,
+            **{column: getattr(s, column) for column in TEAM_SUMS},
             **{column: s.preemptions.get(reason, 0) for reason, column in PREEMPTION_FIELDS.items()},
         )
         for s in teams
@@ -228,13 +211,7 @@ def write_samples(minute: datetime, teams: Iterable[TeamSample], capacity: Itera
         CapacityMinute(
             minute=minute,
             instance_type_id=type_ids[s.instance_type],
-            capacity=s.capacity,
-            allocated=s.allocated,
-            idle=s.idle,
-            unallocated=s.unallocated,
-            pending_gpus=s.pending_gpus,
-            pending_jobs=s.pending_jobs,
-            idle_while_waiting=s.idle_while_waiting,
+            **{column: getattr(s, column) for column in CAPACITY_SUMS},
         )
         for s in capacity
         if s.instance_type in type_ids
@@ -245,12 +222,23 @@ def write_samples(minute: datetime, teams: Iterable[TeamSample], capacity: Itera
 
 
 # --- 2. Rollups ----------------------------------------------------------------------------
-def _team_rollups(period: str, rows: Iterable[Mapping[str, object]]) -> list[TeamUsageRollup]:
-    return [TeamUsageRollup(period=period, **row) for row in rows]
-
-
-def _capacity_rollups(period: str, rows: Iterable[Mapping[str, object]]) -> list[CapacityRollup]:
-    return [CapacityRollup(period=period, **row) for row in rows]
+def _period_sums(
+    rows: QuerySet[Any], start: Func, group: tuple[str, ...], sums: Mapping[str, Aggregate]
+) -> list[dict[str, Any]]:
+    """``rows`` summed per period (``start``, the truncated time of each row) and ``group``,
+    as rollup rows: ``start``, the group's ids and each column of ``sums``. The aggregates are
+    annotated under other names: Django refuses an annotation named like a field, and the day
+    rollups sum the hour rollups' own columns."""
+    summed = (
+        rows.annotate(period_start=start)
+        .values("period_start", *group)
+        .annotate(**{f"sum_{column}": aggregate for column, aggregate in sums.items()})
+        .order_by()
+    )
+    return [
+        {"start": r["period_start"], **{key: r[key] for key in group}, **{c: r[f"sum_{c}"] for c in sums}}
+        for r in summed
+    ]
 
 
 def rollup_hours(start: datetime, end: datetime) -> int:
@@ -259,102 +247,73 @@ def rollup_hours(start: datetime, end: datetime) -> int:
     ``start`` and ``end`` are whole hours. Hours without minutes are left alone (so rolling up
     a range whose minutes were pruned never erases its hours).
     """
-    preempted = {column: Sum(column) for column in PREEMPTION_FIELDS.values()}
-    team_rows = list(
-        TeamUsageMinute.objects.filter(minute__gte=start, minute__lt=end)
-        .annotate(start=TruncHour("minute"))
-        .values("start", "team_id", "instance_type_id")
-        .annotate(
+    team_rows = _period_sums(
+        TeamUsageMinute.objects.filter(minute__gte=start, minute__lt=end),
+        TruncHour("minute"),
+        ("team_id", "instance_type_id"),
+        {
             **{rollup: Sum(column) for column, rollup in TEAM_SUMS.items()},
-            peak_used=Max("used"),
-            peak_pending_gpus=Max("pending_gpus"),
-            **preempted,
-        )
-        .order_by()
+            "peak_used": Max("used"),
+            "peak_pending_gpus": Max("pending_gpus"),
+            **{column: Sum(column) for column in PREEMPTION_FIELDS.values()},
+        },
     )
-    capacity_rows = list(
-        CapacityMinute.objects.filter(minute__gte=start, minute__lt=end)
-        .annotate(start=TruncHour("minute"))
-        .values("start", "instance_type_id")
-        .annotate(
-            minutes=Count("id"),
+    capacity_rows = _period_sums(
+        CapacityMinute.objects.filter(minute__gte=start, minute__lt=end),
+        TruncHour("minute"),
+        ("instance_type_id",),
+        {
+            "minutes": Count("id"),
             **{rollup: Sum(column) for column, rollup in CAPACITY_SUMS.items()},
-            peak_allocated=Max("allocated"),
-            peak_pending_gpus=Max("pending_gpus"),
-        )
-        .order_by()
+            "peak_allocated": Max("allocated"),
+            "peak_pending_gpus": Max("pending_gpus"),
+        },
     )
-    hours = {row["start"] for row in capacity_rows} | {row["start"] for row in team_rows}
-    return _replace(HistoryPeriod.HOUR, hours, _team_rollups("hour", team_rows), capacity_rows)
+    return _replace(HistoryPeriod.HOUR, team_rows, capacity_rows)
 
 
 def rollup_days(start: datetime, end: datetime) -> int:
     """(Re)compute the day rollups of [start, end) from their hours; returns rows written."""
-    team_sums = [*TEAM_SUMS.values(), *PREEMPTION_FIELDS.values()]
-    team_rows = list(
-        TeamUsageRollup.objects.filter(period=HistoryPeriod.HOUR, start__gte=start, start__lt=end)
-        .annotate(day=TruncDay("start"))
-        .values("day", "team_id", "instance_type_id")
-        .annotate(
-            **{f"s_{c}": Sum(c) for c in team_sums},
-            p_used=Max("peak_used"),
-            p_pending=Max("peak_pending_gpus"),
-        )
-        .order_by()
-    )
-    capacity_rows = list(
-        CapacityRollup.objects.filter(period=HistoryPeriod.HOUR, start__gte=start, start__lt=end)
-        .annotate(day=TruncDay("start"))
-        .values("day", "instance_type_id")
-        .annotate(
-            s_minutes=Sum("minutes"),
-            **{f"s_{c}": Sum(c) for c in CAPACITY_SUMS.values()},
-            p_allocated=Max("peak_allocated"),
-            p_pending=Max("peak_pending_gpus"),
-        )
-        .order_by()
-    )
-    teams = [
-        TeamUsageRollup(
-            period=HistoryPeriod.DAY,
-            start=r["day"],
-            team_id=r["team_id"],
-            instance_type_id=r["instance_type_id"],
-            peak_used=r["p_used"],
-            peak_pending_gpus=r["p_pending"],
-            **{c: r[f"s_{c}"] for c in team_sums},
-        )
-        for r in team_rows
-    ]
-    capacity = [
+    hours = {"period": HistoryPeriod.HOUR, "start__gte": start, "start__lt": end}
+    team_rows = _period_sums(
+        TeamUsageRollup.objects.filter(**hours),
+        TruncDay("start"),
+        ("team_id", "instance_type_id"),
         {
-            "start": r["day"],
-            "instance_type_id": r["instance_type_id"],
-            "minutes": r["s_minutes"],
-            "peak_allocated": r["p_allocated"],
-            "peak_pending_gpus": r["p_pending"],
-            **{c: r[f"s_{c}"] for c in CAPACITY_SUMS.values()},
-        }
-        for r in capacity_rows
-    ]
-    days = {r["day"] for r in team_rows} | {r["day"] for r in capacity_rows}
-    return _replace(HistoryPeriod.DAY, days, teams, capacity)
+            **{c: Sum(c) for c in [*TEAM_SUMS.values(), *PREEMPTION_FIELDS.values()]},
+            "peak_used": Max("peak_used"),
+            "peak_pending_gpus": Max("peak_pending_gpus"),
+        },
+    )
+    capacity_rows = _period_sums(
+        CapacityRollup.objects.filter(**hours),
+        TruncDay("start"),
+        ("instance_type_id",),
+        {
+            "minutes": Sum("minutes"),
+            **{c: Sum(c) for c in CAPACITY_SUMS.values()},
+            "peak_allocated": Max("peak_allocated"),
+            "peak_pending_gpus": Max("peak_pending_gpus"),
+        },
+    )
+    return _replace(HistoryPeriod.DAY, team_rows, capacity_rows)
 
 
-def _replace(
-    period: str,
-    starts: set[datetime],
-    team_rows: list[TeamUsageRollup],
-    capacity_rows: list[Mapping[str, object]],
-) -> int:
-    """Swap the rollups of ``starts`` for freshly computed ones, atomically."""
+def _replace(period: str, team_rows: list[dict[str, Any]], capacity_rows: list[dict[str, Any]]) -> int:
+    """Swap the rollups of the periods ``team_rows`` and ``capacity_rows`` start for these
+    freshly computed ones, atomically."""
+    starts = {row["start"] for row in capacity_rows} | {row["start"] for row in team_rows}
     if not starts:
         return 0
     with transaction.atomic():
         TeamUsageRollup.objects.filter(period=period, start__in=starts).delete()
         CapacityRollup.objects.filter(period=period, start__in=starts).delete()
-        TeamUsageRollup.objects.bulk_create(team_rows, batch_size=2000)
-        CapacityRollup.objects.bulk_create(_capacity_rollups(period, capacity_rows), batch_size=2000)
+        TeamUsageRollup.objects.bulk_create(
+            [TeamUsageRollup(period=period, **row) for row in team_rows], batch_size=2000
+        )
+        CapacityRollup.objects.bulk_create(
+            [CapacityRollup(period=period, **row) for row in capacity_rows], batch_size=2000
+        )
     return len(team_rows) + len(capacity_rows)
 
 

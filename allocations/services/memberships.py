@@ -141,20 +141,11 @@ def membership_add(
 def membership_update(*, actor: Any, membership: Membership, **changes: Any) -> Membership:
     """Change a member's role or weekly report (``MEMBERSHIP_FIELDS``), one audit entry per
     changed field; the last team admin of a team cannot be demoted."""
-    unknown = sorted(set(changes) - set(MEMBERSHIP_FIELDS))
-    if unknown:
-        raise ValidationError(
-            {name: f"{name!r} is not a setting that can be changed here." for name in unknown}
-        )
+    audit.refuse_unknown(changes, MEMBERSHIP_FIELDS)
     with transaction.atomic():
         locked = _locked(membership)
-        before = audit.field_values(locked, MEMBERSHIP_FIELDS)
-        validate_membership({**before, **changes}, locked)
-        for name, value in changes.items():
-            setattr(locked, name, value)
-        locked.save()
-        audit.record_changes(
-            actor=actor, obj=locked, before=before, after=audit.field_values(locked, MEMBERSHIP_FIELDS)
+        audit.apply_changes(
+            actor=actor, obj=locked, fields=MEMBERSHIP_FIELDS, changes=changes, validate=validate_membership
         )
     return locked
 

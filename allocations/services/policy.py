@@ -12,10 +12,12 @@ own module, ``services/memberships.py``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.core.exceptions import ValidationError
@@ -49,10 +51,17 @@ from allocations.services.cycle_requests import request_cycle
 from allocations.services.memberships import MEMBERSHIP_FIELDS
 
 M = TypeVar("M", bound=models.Model)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 INSTANCE_TYPE_NAME_REGEX = r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$"
 MAX_GPUS = 32767  # PositiveSmallIntegerField's ceiling: a node or instance type never has more
 MAX_GPU_COUNT = 2_147_483_647  # PositiveIntegerField's ceiling (quotas, limits)
+# The names' patterns in words, for the errors.
+INSTANCE_TYPE_NAME_WORDS = (
+    "lowercase letters, digits, '.' and '-', starting and ending with a letter or digit"
+)
+DNS_LABEL_WORDS = "lowercase letters, digits and '-', starting and ending with a letter or digit"
 
 
 # --- Rules --------------------------------------------------------------------------------------
@@ -99,18 +108,34 @@ def _unique(model: type[models.Model], field: str, value: Any, current: models.M
     return not rows.exists()
 
 
+def _check_name(
+    errors: _Errors,
+    values: Mapping[str, Any],
+    current: models.Model | None,
+    model: type[models.Model],
+    pattern: str,
+    max_length: int,
+    words: str,
+) -> None:
+    """``values["name"]`` must match ``pattern`` (which ``words`` describe), have at most
+    ``max_length`` characters and be no other ``model`` row's name; the errors name the kind by
+    its verbose name ("Team name must be ...", "A team named 'ml' already exists.")."""
+    name = values.get("name")
+    kind = str(model._meta.verbose_name)
+    if not isinstance(name, str) or not re.match(pattern, name) or len(name) > max_length:
+        errors.add(
+            "name",
+            f"{kind.capitalize()} name must be {words}, at most {max_length} characters; got {name!r}.",
+        )
+    elif not _unique(model, "name", name, current):
+        article = "An" if kind[0] in "aeiou" else "A"
+        errors.add("name", f"{article} {kind} named {name!r} already exists.")
+
+
 def validate_instance_type(values: Mapping[str, Any], current: InstanceType | None = None) -> None:
     """An instance type's name, GPUs per node (never below its nodes' GPUs) and price."""
     errors = _Errors()
-    name = values.get("name")
-    if not isinstance(name, str) or not re.match(INSTANCE_TYPE_NAME_REGEX, name) or len(name) > 64:
-        errors.add(
-            "name",
-            "Instance type name must be lowercase letters, digits, '.' and '-', starting and ending "
-            f"with a letter or digit, at most 64 characters; got {name!r}.",
-        )
-    elif not _unique(InstanceType, "name", name, current):
-        errors.add("name", f"An instance type named {name!r} already exists.")
+    _check_name(errors, values, current, InstanceType, INSTANCE_TYPE_NAME_REGEX, 64, INSTANCE_TYPE_NAME_WORDS)
     gpus = values.get("gpus_per_node")
     if errors.whole_number("gpus_per_node", gpus, 1, MAX_GPUS, "GPUs per node") and current is not None:
         largest = current.nodes.aggregate(m=models.Max("gpus"))["m"]
@@ -156,15 +181,7 @@ def validate_node(values: Mapping[str, Any], current: Node | None = None) -> Non
 def validate_priority_class(values: Mapping[str, Any], current: PriorityClass | None = None) -> None:
     """A priority class's DNS-label name, weight 0..100, and at most 32 classes in all."""
     errors = _Errors()
-    name = values.get("name")
-    if not isinstance(name, str) or not re.match(choices.DNS_LABEL_REGEX, name) or len(name) > 63:
-        errors.add(
-            "name",
-            "Priority class name must be lowercase letters, digits and '-', starting and ending "
-            f"with a letter or digit, at most 63 characters; got {name!r}.",
-        )
-    elif not _unique(PriorityClass, "name", name, current):
-        errors.add("name", f"A priority class named {name!r} already exists.")
+    _check_name(errors, values, current, PriorityClass, choices.DNS_LABEL_REGEX, 63, DNS_LABEL_WORDS)
     errors.whole_number("weight", values.get("weight"), 0, 100, "Weight")
     _check_text(errors, "description", values.get("description", ""), 200)
     if current is None and PriorityClass.objects.count() >= choices.MAX_PRIORITY_CLASSES:
@@ -179,19 +196,8 @@ def validate_priority_class(values: Mapping[str, Any], current: PriorityClass | 
 def validate_team(values: Mapping[str, Any], current: Team | None = None) -> None:
     """A team's name (a DNS label of at most 40 characters), weight and preemption settings."""
     errors = _Errors()
-    name = values.get("name")
-    if (
-        not isinstance(name, str)
-        or not re.match(choices.DNS_LABEL_REGEX, name)
-        or len(name) > choices.TEAM_NAME_MAX_LENGTH
-    ):
-        errors.add(
-            "name",
-            "Team name must be a DNS label: lowercase letters, digits and '-', starting and ending "
-            f"with a letter or digit, at most {choices.TEAM_NAME_MAX_LENGTH} characters; got {name!r}.",
-        )
-    elif not _unique(Team, "name", name, current):
-        errors.add("name", f"A team named {name!r} already exists.")
+    words = f"a DNS label: {DNS_LABEL_WORDS}"
+    _check_name(errors, values, current, Team, choices.DNS_LABEL_REGEX, choices.TEAM_NAME_MAX_LENGTH, words)
     _check_text(errors, "display_name", values.get("display_name", ""), 100)
     if not isinstance(values.get("active", True), bool):
         errors.add("active", f"Active must be true or false; got {values.get('active')!r}.")
@@ -325,88 +331,111 @@ def _check_text(errors: _Errors, field: str, value: Any, max_length: int) -> Non
 
 
 # --- Common steps -------------------------------------------------------------------------------
-def _request_cycle() -> None:
-    """Ask the allocation loop for a cycle once the change is committed (policy changes what may run)."""
-    transaction.on_commit(request_cycle)
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """One kind of policy row as the services write it: the fields a write may set (and the
+    trail records), the rules they must pass, and the row's name in the trail."""
+
+    model: type[models.Model]
+    fields: tuple[str, ...]
+    validate: Callable[[Mapping[str, Any], Any], None]
+    object_repr: Callable[[Any], str] = audit.object_label
+
+    def defaults(self) -> dict[str, Any]:
+        """The model's default of each field."""
+        return {f: self.model._meta.get_field(f).get_default() for f in self.fields}
 
 
-def _refuse_unknown(changes: Mapping[str, Any], fields: tuple[str, ...]) -> None:
-    unknown = sorted(set(changes) - set(fields))
-    if unknown:
-        raise ValidationError(
-            {name: f"{name!r} is not a setting that can be changed here." for name in unknown}
-        )
+def _quota_repr(quota: TeamQuota) -> str:
+    return f"{quota.team.name} / {quota.instance_type.name}"
+
+
+_INSTANCE_TYPE = _Kind(InstanceType, INSTANCE_TYPE_FIELDS, validate_instance_type)
+_NODE = _Kind(Node, NODE_FIELDS, validate_node)
+_PRIORITY_CLASS = _Kind(PriorityClass, PRIORITY_CLASS_FIELDS, validate_priority_class)
+_TEAM = _Kind(Team, TEAM_FIELDS, validate_team)
+_CLUSTER = _Kind(Cluster, CLUSTER_FIELDS, lambda values, _: validate_cluster(values))
+_CLUSTER_POLICY = _Kind(
+    ClusterPolicy, CLUSTER_POLICY_FIELDS, lambda values, _: validate_cluster_policy(values)
+)
+_QUOTA = _Kind(TeamQuota, QUOTA_FIELDS, lambda values, _: validate_quota(values), _quota_repr)
+
+
+def _policy_write(service: Callable[P, R]) -> Callable[P, R]:
+    """``service`` in one transaction that, once committed, asks the allocation loop for a
+    cycle: a policy change changes what may run."""
+
+    @functools.wraps(service)
+    @transaction.atomic
+    def write(*args: P.args, **kwargs: P.kwargs) -> R:
+        result = service(*args, **kwargs)
+        transaction.on_commit(request_cycle)
+        return result
+
+    return write
+
+
+def _lock(obj: M) -> M:
+    """``obj``'s row read afresh and locked until the transaction ends."""
+    return type(obj)._default_manager.select_for_update().get(pk=obj.pk)
 
 
 def _create(
-    *,
-    actor: Any,
-    model: type[M],
-    fields: tuple[str, ...],
-    values: Mapping[str, Any],
-    validate: Callable[[Mapping[str, Any]], None],
-    extra: Mapping[str, Any] | None = None,
-    object_repr: Callable[[M], str] = audit.object_label,
-) -> M:
+    *, actor: Any, kind: _Kind, values: Mapping[str, Any], extra: Mapping[str, Any] | None = None
+) -> Any:
     """Validate, create and audit one row (inside the caller's transaction)."""
-    _refuse_unknown(values, fields)
-    validate(values)
-    obj = model._default_manager.create(**values, **(extra or {}))
+    audit.refuse_unknown(values, kind.fields)
+    kind.validate(values, None)
+    obj = kind.model._default_manager.create(**values, **(extra or {}))
     audit.record_create(
-        actor=actor, obj=obj, values=audit.field_values(obj, fields), object_repr=object_repr(obj)
+        actor=actor, obj=obj, values=audit.field_values(obj, kind.fields), object_repr=kind.object_repr(obj)
     )
     return obj
 
 
-def _update(
-    *,
-    actor: Any,
-    obj: M,
-    fields: tuple[str, ...],
-    changes: Mapping[str, Any],
-    validate: Callable[[Mapping[str, Any], M], None],
-    object_repr: Callable[[M], str] = audit.object_label,
-) -> M:
+def _update(*, actor: Any, kind: _Kind, obj: M, changes: Mapping[str, Any]) -> M:
     """Lock the row, validate the merged settings, save and audit each changed field."""
-    _refuse_unknown(changes, fields)
-    locked = type(obj)._default_manager.select_for_update().get(pk=obj.pk)
-    before = audit.field_values(locked, fields)
-    validate({**before, **changes}, locked)
-    for name, value in changes.items():
-        setattr(locked, name, value)
-    locked.save()
-    audit.record_changes(
+    audit.refuse_unknown(changes, kind.fields)
+    locked = _lock(obj)
+    audit.apply_changes(
         actor=actor,
         obj=locked,
-        before=before,
-        after=audit.field_values(locked, fields),
-        object_repr=object_repr(locked),
+        fields=kind.fields,
+        changes=changes,
+        validate=kind.validate,
+        object_repr=kind.object_repr,
     )
     return locked
 
 
+def _record_delete(*, actor: Any, kind: _Kind, obj: models.Model) -> None:
+    """Record the deletion of ``obj`` with its settings (before it is deleted)."""
+    audit.record_delete(
+        actor=actor, obj=obj, values=audit.field_values(obj, kind.fields), object_repr=kind.object_repr(obj)
+    )
+
+
+def _delete(*, actor: Any, kind: _Kind, locked: models.Model) -> None:
+    """Audit and delete a row read under lock."""
+    _record_delete(actor=actor, kind=kind, obj=locked)
+    locked.delete()
+
+
 # --- Instance types -----------------------------------------------------------------------------
-@transaction.atomic
+@_policy_write
 def instance_type_create(
     *, actor: Any, name: str, gpus_per_node: int, price_per_gpu_hour: Any = Decimal(0), description: str = ""
 ) -> InstanceType:
-    obj = _create(
-        actor=actor,
-        model=InstanceType,
-        fields=INSTANCE_TYPE_FIELDS,
-        values={
-            "name": name,
-            "gpus_per_node": gpus_per_node,
-            "price_per_gpu_hour": Decimal(str(price_per_gpu_hour)),
-            "description": description,
-        },
-        validate=validate_instance_type,
-    )
-    _request_cycle()
-    return obj
+    values = {
+        "name": name,
+        "gpus_per_node": gpus_per_node,
+        "price_per_gpu_hour": Decimal(str(price_per_gpu_hour)),
+        "description": description,
+    }
+    return _create(actor=actor, kind=_INSTANCE_TYPE, values=values)
 
 
-@transaction.atomic
+@_policy_write
 def instance_type_update(*, actor: Any, instance_type: InstanceType, **changes: Any) -> InstanceType:
     if "price_per_gpu_hour" in changes:
         try:
@@ -417,21 +446,13 @@ def instance_type_update(*, actor: Any, instance_type: InstanceType, **changes: 
                     "price_per_gpu_hour": f"Price per GPU-hour must be a number; got {changes['price_per_gpu_hour']!r}."
                 }
             ) from exc
-    obj = _update(
-        actor=actor,
-        obj=instance_type,
-        fields=INSTANCE_TYPE_FIELDS,
-        changes=changes,
-        validate=validate_instance_type,
-    )
-    _request_cycle()
-    return obj
+    return _update(actor=actor, kind=_INSTANCE_TYPE, obj=instance_type, changes=changes)
 
 
-@transaction.atomic
+@_policy_write
 def instance_type_delete(*, actor: Any, instance_type: InstanceType) -> None:
     """Delete an instance type that no node, quota or job refers to (they would lose their type)."""
-    locked = InstanceType.objects.select_for_update().get(pk=instance_type.pk)
+    locked = _lock(instance_type)
     users = {
         "nodes": locked.nodes.count(),
         "quotas": locked.quotas.count(),
@@ -442,13 +463,11 @@ def instance_type_delete(*, actor: Any, instance_type: InstanceType) -> None:
         raise ValidationError(
             {"__all__": f"{locked.name} cannot be deleted: {in_use} still refer to it. Remove them first."}
         )
-    audit.record_delete(actor=actor, obj=locked, values=audit.field_values(locked, INSTANCE_TYPE_FIELDS))
-    locked.delete()
-    _request_cycle()
+    _delete(actor=actor, kind=_INSTANCE_TYPE, locked=locked)
 
 
 # --- Nodes --------------------------------------------------------------------------------------
-@transaction.atomic
+@_policy_write
 def node_create(
     *,
     actor: Any,
@@ -461,153 +480,88 @@ def node_create(
     """Add a node; its GPUs default to its instance type's GPUs per node."""
     if gpus is None and isinstance(instance_type, InstanceType):
         gpus = instance_type.gpus_per_node
-    obj = _create(
-        actor=actor,
-        model=Node,
-        fields=NODE_FIELDS,
-        values={"name": name, "instance_type": instance_type, "gpus": gpus, "state": state, "reason": reason},
-        validate=validate_node,
-        extra={"state_since": timezone.now()},
-    )
-    _request_cycle()
-    return obj
+    values = {"name": name, "instance_type": instance_type, "gpus": gpus, "state": state, "reason": reason}
+    return _create(actor=actor, kind=_NODE, values=values, extra={"state_since": timezone.now()})
 
 
-@transaction.atomic
+@_policy_write
 def node_update(*, actor: Any, node: Node, **changes: Any) -> Node:
     """Change a node; a change of state (ready, draining, down) restarts ``state_since``.
 
     Going back to ready clears the reason unless a new one is given: the old "why it is
     down" would be misleading.
     """
-    current = Node.objects.select_for_update().get(pk=node.pk)
+    current = _lock(node)
     if "state" in changes and changes["state"] != current.state:
         if changes["state"] == NodeState.READY and "reason" not in changes:
             changes["reason"] = ""
         state_changed = True
     else:
         state_changed = False
-    obj = _update(actor=actor, obj=current, fields=NODE_FIELDS, changes=changes, validate=validate_node)
+    obj = _update(actor=actor, kind=_NODE, obj=current, changes=changes)
     if state_changed:
         obj.state_since = timezone.now()
         obj.save(update_fields=["state_since"])
-    _request_cycle()
     return obj
 
 
-@transaction.atomic
+@_policy_write
 def node_delete(*, actor: Any, node: Node) -> None:
-    locked = Node.objects.select_for_update().get(pk=node.pk)
-    audit.record_delete(actor=actor, obj=locked, values=audit.field_values(locked, NODE_FIELDS))
-    locked.delete()
-    _request_cycle()
+    _delete(actor=actor, kind=_NODE, locked=_lock(node))
 
 
 # --- Priority classes ---------------------------------------------------------------------------
-@transaction.atomic
+@_policy_write
 def priority_class_create(*, actor: Any, name: str, weight: int, description: str = "") -> PriorityClass:
     # Lock the existing classes so that two concurrent creations cannot both pass the 32 check.
     list(PriorityClass.objects.select_for_update().values_list("pk", flat=True))
-    obj = _create(
-        actor=actor,
-        model=PriorityClass,
-        fields=PRIORITY_CLASS_FIELDS,
-        values={"name": name, "weight": weight, "description": description},
-        validate=validate_priority_class,
-    )
-    _request_cycle()
-    return obj
+    values = {"name": name, "weight": weight, "description": description}
+    return _create(actor=actor, kind=_PRIORITY_CLASS, values=values)
 
 
-@transaction.atomic
+@_policy_write
 def priority_class_update(*, actor: Any, priority_class: PriorityClass, **changes: Any) -> PriorityClass:
-    obj = _update(
-        actor=actor,
-        obj=priority_class,
-        fields=PRIORITY_CLASS_FIELDS,
-        changes=changes,
-        validate=validate_priority_class,
-    )
-    _request_cycle()
-    return obj
+    return _update(actor=actor, kind=_PRIORITY_CLASS, obj=priority_class, changes=changes)
 
 
-@transaction.atomic
+@_policy_write
 def priority_class_delete(*, actor: Any, priority_class: PriorityClass) -> None:
     """Delete a priority class; its jobs keep running with priority 0 (POLICY.md section 1)."""
-    locked = PriorityClass.objects.select_for_update().get(pk=priority_class.pk)
-    audit.record_delete(actor=actor, obj=locked, values=audit.field_values(locked, PRIORITY_CLASS_FIELDS))
-    locked.delete()
-    _request_cycle()
+    _delete(actor=actor, kind=_PRIORITY_CLASS, locked=_lock(priority_class))
 
 
 # --- Cluster and its policy ---------------------------------------------------------------------
-@transaction.atomic
+@_policy_write
 def cluster_update(*, actor: Any, **changes: Any) -> Cluster:
     """Change the cluster's settings; the first call on an empty installation creates it."""
-    _refuse_unknown(changes, CLUSTER_FIELDS)
+    audit.refuse_unknown(changes, CLUSTER_FIELDS)
     cluster = Cluster.objects.select_for_update().filter(pk=1).first()
     if cluster is None:
-        defaults = {
+        values = {
             "name": "cluster",
             "backend_kind": BackendKind.SIMULATED,
             "backend_settings": {},
             "time_zone": "UTC",
+            **changes,
         }
-        cluster = _create(
-            actor=actor,
-            model=Cluster,
-            fields=CLUSTER_FIELDS,
-            values={**defaults, **changes},
-            validate=validate_cluster,
-            extra={"pk": 1},
-        )
-    else:
-        cluster = _update(
-            actor=actor,
-            obj=cluster,
-            fields=CLUSTER_FIELDS,
-            changes=changes,
-            validate=lambda v, _: validate_cluster(v),
-        )
-    _request_cycle()
-    return cluster
+        return _create(actor=actor, kind=_CLUSTER, values=values, extra={"pk": 1})
+    return _update(actor=actor, kind=_CLUSTER, obj=cluster, changes=changes)
 
 
-@transaction.atomic
+@_policy_write
 def cluster_policy_update(*, actor: Any, **changes: Any) -> ClusterPolicy:
     """Change the cluster policy (idle allocation, task ranking, unallocated sharing, queueing)."""
-    _refuse_unknown(changes, CLUSTER_POLICY_FIELDS)
+    audit.refuse_unknown(changes, CLUSTER_POLICY_FIELDS)
     cluster = Cluster.objects.filter(pk=1).first() or cluster_update(actor=actor)
     policy = ClusterPolicy.objects.select_for_update().filter(cluster=cluster).first()
     if policy is None:
-        defaults = {f: ClusterPolicy._meta.get_field(f).get_default() for f in CLUSTER_POLICY_FIELDS}
-        policy = _create(
-            actor=actor,
-            model=ClusterPolicy,
-            fields=CLUSTER_POLICY_FIELDS,
-            values={**defaults, **changes},
-            validate=validate_cluster_policy,
-            extra={"cluster": cluster},
-        )
-    else:
-        policy = _update(
-            actor=actor,
-            obj=policy,
-            fields=CLUSTER_POLICY_FIELDS,
-            changes=changes,
-            validate=lambda v, _: validate_cluster_policy(v),
-        )
-    _request_cycle()
-    return policy
+        values = {**_CLUSTER_POLICY.defaults(), **changes}
+        return _create(actor=actor, kind=_CLUSTER_POLICY, values=values, extra={"cluster": cluster})
+    return _update(actor=actor, kind=_CLUSTER_POLICY, obj=policy, changes=changes)
 
 
 # --- Teams and their quotas ---------------------------------------------------------------------
-def _quota_repr(quota: TeamQuota) -> str:
-    return f"{quota.team.name} / {quota.instance_type.name}"
-
-
-@transaction.atomic
+@_policy_write
 def team_create(
     *,
     actor: Any,
@@ -616,31 +570,21 @@ def team_create(
     **settings: Any,
 ) -> Team:
     """Create a team with its settings and, optionally, its quota of each instance type."""
-    defaults = {f: Team._meta.get_field(f).get_default() for f in TEAM_FIELDS if f != "name"}
-    team = _create(
-        actor=actor,
-        model=Team,
-        fields=TEAM_FIELDS,
-        values={**defaults, **settings, "name": name},
-        validate=validate_team,
-    )
+    team = _create(actor=actor, kind=_TEAM, values={**_TEAM.defaults(), **settings, "name": name})
     for instance_type, quota in (quotas or {}).items():
         team_quota_set(actor=actor, team=team, instance_type=instance_type, **quota)
-    _request_cycle()
     return team
 
 
-@transaction.atomic
+@_policy_write
 def team_update(*, actor: Any, team: Team, **changes: Any) -> Team:
-    obj = _update(actor=actor, obj=team, fields=TEAM_FIELDS, changes=changes, validate=validate_team)
-    _request_cycle()
-    return obj
+    return _update(actor=actor, kind=_TEAM, obj=team, changes=changes)
 
 
-@transaction.atomic
+@_policy_write
 def team_delete(*, actor: Any, team: Team) -> None:
     """Delete a team that never had a job (its history would go too); otherwise deactivate it."""
-    locked = Team.objects.select_for_update().get(pk=team.pk)
+    locked = _lock(team)
     jobs = Job.objects.filter(team=locked).count()
     if jobs:
         raise ValidationError(
@@ -649,19 +593,12 @@ def team_delete(*, actor: Any, team: Team) -> None:
             }
         )
     for quota in locked.quotas.select_related("team", "instance_type"):
-        audit.record_delete(
-            actor=actor,
-            obj=quota,
-            values=audit.field_values(quota, QUOTA_FIELDS),
-            object_repr=_quota_repr(quota),
-        )
+        _record_delete(actor=actor, kind=_QUOTA, obj=quota)
     for membership in locked.memberships.select_related("user", "team"):
         audit.record_delete(
             actor=actor, obj=membership, values=audit.field_values(membership, MEMBERSHIP_FIELDS)
         )
-    audit.record_delete(actor=actor, obj=locked, values=audit.field_values(locked, TEAM_FIELDS))
-    locked.delete()
-    _request_cycle()
+    _delete(actor=actor, kind=_TEAM, locked=locked)
 
 
 @transaction.atomic
@@ -672,9 +609,10 @@ def team_quota_set(
 
     A borrow limit in GPUs is kept only while the limit kind is ``absolute``, so a stored row
     never says two different caps. Setting an all-default quota where none exists creates
-    nothing (returns None): a missing row already means quota 0 with default limits.
+    nothing (returns None, and asks for no cycle): a missing row already means quota 0 with
+    default limits.
     """
-    _refuse_unknown(settings, QUOTA_FIELDS)
+    audit.refuse_unknown(settings, QUOTA_FIELDS)
     current = (
         TeamQuota.objects.select_for_update()
         .select_related("team", "instance_type")
@@ -692,13 +630,6 @@ def team_quota_set(
         quota = TeamQuota.objects.create(team=team, instance_type=instance_type, **values)
         audit.record_create(actor=actor, obj=quota, values=values, object_repr=_quota_repr(quota))
     else:
-        quota = _update(
-            actor=actor,
-            obj=current,
-            fields=QUOTA_FIELDS,
-            changes=values,
-            validate=lambda v, _: validate_quota(v),
-            object_repr=_quota_repr,
-        )
-    _request_cycle()
+        quota = _update(actor=actor, kind=_QUOTA, obj=current, changes=values)
+    transaction.on_commit(request_cycle)
     return quota

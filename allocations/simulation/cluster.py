@@ -7,7 +7,7 @@ replay hands them to ``allocate`` unchanged.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -93,9 +93,33 @@ def read_cluster(r: Reader, raw: object) -> tuple[tuple[InstanceType, ...], tupl
 
 
 # --------------------------------------------------------------------------------------------
+# Settings of one value each, read alike in the policy and the teams
+
+SettingReader = Callable[[Reader, object, str], Any]
+
+
+def _choice(enum: type[Any]) -> SettingReader:
+    return lambda r, value, path: r.choice(value, path, enum)
+
+
+def _read_settings(
+    r: Reader, given: Mapping[str, Any], path: str, readers: Mapping[str, SettingReader]
+) -> dict[str, Any]:
+    """The keys of ``readers`` that ``given`` has, each read by its reader (with its own path
+    in the errors), in the order of ``readers``."""
+    return {key: read(r, given[key], f"{path}.{key}") for key, read in readers.items() if key in given}
+
+
+# --------------------------------------------------------------------------------------------
 # Policy
 
 POLICY_KEYS = ("idle_allocation", "task_ranking", "share_unallocated", "queueing", "priority_classes")
+_POLICY_READERS: dict[str, SettingReader] = {
+    "idle_allocation": _choice(IdleAllocation),
+    "task_ranking": _choice(TaskRanking),
+    "share_unallocated": Reader.boolean,
+    "queueing": _choice(Queueing),
+}
 
 
 def read_policy(r: Reader, raw: object, path: str, base: ClusterPolicy) -> ClusterPolicy:
@@ -103,17 +127,7 @@ def read_policy(r: Reader, raw: object, path: str, base: ClusterPolicy) -> Clust
     policy = r.mapping(raw, path, POLICY_KEYS)
     if policy is None:
         return base
-    changes: dict[str, Any] = {}
-    if "idle_allocation" in policy:
-        changes["idle_allocation"] = r.choice(
-            policy["idle_allocation"], f"{path}.idle_allocation", IdleAllocation
-        )
-    if "task_ranking" in policy:
-        changes["task_ranking"] = r.choice(policy["task_ranking"], f"{path}.task_ranking", TaskRanking)
-    if "share_unallocated" in policy:
-        changes["share_unallocated"] = r.boolean(policy["share_unallocated"], f"{path}.share_unallocated")
-    if "queueing" in policy:
-        changes["queueing"] = r.choice(policy["queueing"], f"{path}.queueing", Queueing)
+    changes = _read_settings(r, policy, path, _POLICY_READERS)
     if "priority_classes" in policy:
         classes: list[PriorityClass] = []
         items = r.sequence(policy["priority_classes"], f"{path}.priority_classes") or []
@@ -150,6 +164,14 @@ TEAM_KEYS = (
     "reclaim",
     "preempt_while_borrowing",
 )
+# The team's own settings; its quotas and preemption while borrowing are read below.
+_TEAM_READERS: dict[str, SettingReader] = {
+    "active": Reader.boolean,
+    "sharing": _choice(Sharing),
+    "fair_share_weight": lambda r, value, path: r.whole(value, path, 0, 100),
+    "preempt_team_tasks": _choice(PreemptTeamTasks),
+    "reclaim": _choice(Reclaim),
+}
 
 
 def _per_type(r: Reader, raw: object, path: str, types: Mapping[str, InstanceType]) -> dict[str, object]:
@@ -189,20 +211,7 @@ def read_team(
     current = base or Team(name=name)
     errors_before = len(r.errors)
     quotas = {t: current.quotas.get(t, Quota()) for t in types}
-    changes: dict[str, Any] = {}
-
-    if "active" in team:
-        changes["active"] = r.boolean(team["active"], f"{path}.active")
-    if "sharing" in team:
-        changes["sharing"] = r.choice(team["sharing"], f"{path}.sharing", Sharing)
-    if "fair_share_weight" in team:
-        changes["fair_share_weight"] = r.whole(team["fair_share_weight"], f"{path}.fair_share_weight", 0, 100)
-    if "preempt_team_tasks" in team:
-        changes["preempt_team_tasks"] = r.choice(
-            team["preempt_team_tasks"], f"{path}.preempt_team_tasks", PreemptTeamTasks
-        )
-    if "reclaim" in team:
-        changes["reclaim"] = r.choice(team["reclaim"], f"{path}.reclaim", Reclaim)
+    changes = _read_settings(r, team, path, _TEAM_READERS)
     if "quota" in team:
         for t, value in _per_type(r, team["quota"], f"{path}.quota", types).items():
             gpus = r.whole(value, f"{path}.quota.{t}", minimum=0)

@@ -113,7 +113,7 @@ class _Rows:
         sizes: dict[tuple[str, str | None], int] = {}
         team_names: dict[str, str] = {}
         priorities: dict[str, str | None] = {}
-        jobs, seen, teams, inf = self.jobs, self.seen, self.teams, math.inf
+        seen, teams, inf = self.seen, self.teams, math.inf
         line = first_line - 1
         for row in rows:
             line += 1
@@ -155,21 +155,8 @@ class _Rows:
             if job_id in seen:
                 self.judge_row(line, row)
                 continue
-            seen.add(job_id)
             assert instance_type is not None  # a usable row's type is known (``_usable_gpus``)
-            jobs.append(
-                ScenarioJob(
-                    id=job_id,
-                    team=team,
-                    instance_type=instance_type,
-                    gpus=gpus,
-                    submit=submit,
-                    duration=duration,
-                    seq=self.first_seq + len(jobs),
-                    priority=priority,
-                    path=f"jobs_csv line {line}",
-                )
-            )
+            self._take(line, job_id, team, instance_type, gpus, submit, duration, priority)
 
     def _usable_gpus(self, text: str, instance_type: str | None) -> int:
         """The GPUs of a row whose GPUs cell is ``text``, or 0 when that cell (or the instance
@@ -247,19 +234,34 @@ class _Rows:
                 if priority is not None and not self._known_class(priority):
                     self.skip("of an unknown priority class", line, columns["priority"], values["priority"])
                     return
-            self.jobs.append(
-                ScenarioJob(
-                    id=job_id,
-                    team=team,
-                    instance_type=instance_type,
-                    gpus=gpus,
-                    submit=submit,
-                    duration=duration,
-                    seq=self.first_seq + len(self.jobs),
-                    priority=priority,  # type: ignore[arg-type]
-                    path=f"jobs_csv line {line}",
-                )
+            self._take(line, job_id, team, instance_type, gpus, submit, duration, priority)  # type: ignore[arg-type]
+
+    def _take(
+        self,
+        line: int,
+        job_id: str,
+        team: str,
+        instance_type: str,
+        gpus: int,
+        submit: float,
+        duration: float | None,
+        priority: str | None,
+    ) -> None:
+        """The job of a usable row: both ways end here, so they give the same jobs."""
+        self.seen.add(job_id)
+        self.jobs.append(
+            ScenarioJob(
+                id=job_id,
+                team=team,
+                instance_type=instance_type,
+                gpus=gpus,
+                submit=submit,
+                duration=duration,
+                seq=self.first_seq + len(self.jobs),
+                priority=priority,
+                path=f"jobs_csv line {line}",
             )
+        )
 
 
 def read_trace(

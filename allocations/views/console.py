@@ -29,6 +29,7 @@ from allocations.models import InstanceType, Membership, Node, PriorityClass, Te
 from allocations.selectors import policy as selectors
 from allocations.services import memberships
 from allocations.services import policy as services
+from allocations.views.feedback import run_and_tell
 
 PAGE_SIZE = 50
 
@@ -45,6 +46,75 @@ def _save(request: HttpRequest, form: Any, service: Callable[..., Any], **kwargs
     except ValidationError as exc:
         forms.apply_errors(form, exc)
         return None
+
+
+def _posted(
+    request: HttpRequest,
+    form: Any,
+    service: Callable[..., Any],
+    done: str,
+    back: str,
+    after: Callable[[Any], None] | None = None,
+    **kwargs: Any,
+) -> HttpResponse | None:
+    """A POSTed ``form`` saved through ``service``: the user told ``done`` (``{}``: the saved
+    object's name), ``after`` called with what was saved, and a redirect to the URL named ``back``.
+
+    None on a GET, or when the form or the service refused it: the page is drawn again, the
+    errors on the form.
+    """
+    if request.method != "POST":
+        return None
+    saved = _save(request, form, service, **kwargs)
+    if saved is None:
+        return None
+    messages.success(request, done.format(saved.name))
+    if after is not None:
+        after(saved)
+    return redirect(back)
+
+
+def _edit_page(
+    request: HttpRequest,
+    obj: Any,
+    kwarg: str,
+    form_class: type[forms.PolicyForm],
+    update: Callable[..., Any],
+    delete: Callable[..., Any],
+    *,
+    noun: str,
+    back: str,
+    delete_what: str,
+    deleted: str = "deleted",
+    after: Callable[[Any], None] | None = None,
+) -> HttpResponse:
+    """``console/edit.html`` for one policy object: its form saved through ``update``, or
+    ``action=delete`` through ``delete`` (both take the object as ``kwarg``); either goes
+    ``back`` to the list with a message that starts with ``noun``, then calls ``after`` with
+    the object. A refused delete comes back to this page saying why."""
+    if request.method == "POST" and request.POST.get("action") == "delete":
+        done = f"{noun} {obj.name} {deleted}."
+        if not run_and_tell(request, done, delete, actor=request.user, **{kwarg: obj}):
+            return redirect(request.resolver_match.view_name, pk=obj.pk)  # this page, saying why
+        if after is not None:
+            after(obj)
+        return redirect(back)
+    # A copy for the form, which writes the posted values into its instance as it validates.
+    form = form_class(request.POST or None, instance=type(obj).objects.get(pk=obj.pk))
+    saved = _posted(request, form, update, f"{noun} {{}} saved.", back, after, **{kwarg: obj})
+    if saved is not None:
+        return saved
+    return render(
+        request,
+        "console/edit.html",
+        {
+            "form": form,
+            "title": f"{noun} {obj.name}",
+            "back": back,
+            "can_delete": True,
+            "delete_what": delete_what,
+        },
+    )
 
 
 def _warn_overcommit(request: HttpRequest, instance_types: Iterable[int] | None = None) -> None:
@@ -92,24 +162,6 @@ def teams(request: HttpRequest) -> HttpResponse:
     return render(request, "console/teams.html", {"teams": rows})
 
 
-def _quota_rows(formset: Any) -> list[tuple[Any, InstanceType]]:
-    """Each quota form with its instance type, for the table's first column."""
-    types = {t.pk: t for t in InstanceType.objects.all()}
-    rows = []
-    for form in formset.forms:
-        value = form["instance_type"].value()
-        instance_type = value if isinstance(value, InstanceType) else types.get(_int_or_none(value))
-        rows.append((form, instance_type))
-    return rows
-
-
-def _int_or_none(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
 @cluster_admin_required
 def team_create(request: HttpRequest) -> HttpResponse:
     """A new team with its settings and its quota of each instance type, in one form."""
@@ -131,7 +183,9 @@ def team_create(request: HttpRequest) -> HttpResponse:
     elif request.method == "POST":
         form.is_valid()  # show the team's errors too, not only the quotas'
     return render(
-        request, "console/team_form.html", {"form": form, "quotas": quotas, "quota_rows": _quota_rows(quotas)}
+        request,
+        "console/team_form.html",
+        {"form": form, "quotas": quotas, "quota_rows": quotas.rows(InstanceType.objects.all())},
     )
 
 
@@ -160,7 +214,7 @@ def team_detail(request: HttpRequest, name: str) -> HttpResponse:
             "team": team,
             "form": form,
             "quotas": quotas,
-            "quota_rows": _quota_rows(quotas),
+            "quota_rows": quotas.rows(InstanceType.objects.all()),
             "members": [(m, forms.MembershipRoleForm(instance=m, prefix=f"m{m.pk}")) for m in members],
             "member_form": forms.MembershipForm(team=team),
             "overview": [row for row in selectors.capacity_overview() if row.over_committed],
@@ -200,12 +254,9 @@ def _save_team(request: HttpRequest, team: Team, form: Any, quotas: Any) -> Team
 @require_POST
 def team_delete(request: HttpRequest, name: str) -> HttpResponse:
     team = get_object_or_404(Team, name=name)
-    try:
-        services.team_delete(actor=request.user, team=team)
-    except ValidationError as exc:
-        messages.error(request, " ".join(exc.messages))
+    done = f"Team {name} deleted."
+    if not run_and_tell(request, done, services.team_delete, actor=request.user, team=team):
         return redirect("allocations:team_detail", name=team.name)
-    messages.success(request, f"Team {name} deleted.")
     return redirect("allocations:console_teams")
 
 
@@ -214,20 +265,10 @@ def team_delete(request: HttpRequest, name: str) -> HttpResponse:
 def member_add(request: HttpRequest, name: str) -> HttpResponse:
     team = get_object_or_404(Team, name=name)
     form = forms.MembershipForm(request.POST, team=team)
-    if form.is_valid():
-        try:
-            membership = memberships.membership_add(
-                actor=request.user,
-                team=team,
-                user=form.cleaned_data["username"],
-                role=form.cleaned_data["role"],
-                weekly_report=form.cleaned_data["weekly_report"],
-            )
-        except ValidationError as exc:
-            forms.apply_errors(form, exc)
-        else:
-            messages.success(request, f"{membership.user.get_username()} added to {team.name}.")
-            return redirect("allocations:team_detail", name=team.name)
+    membership = _save(request, form, memberships.membership_add, team=team)
+    if membership is not None:
+        messages.success(request, f"{membership.user.get_username()} added to {team.name}.")
+        return redirect("allocations:team_detail", name=team.name)
     for field, errors in form.errors.items():
         label = form.fields[field].label if field in form.fields else "Member"
         messages.error(request, f"{label}: {' '.join(errors)}")
@@ -241,12 +282,8 @@ def member_update(request: HttpRequest, name: str, pk: int) -> HttpResponse:
     membership = get_object_or_404(Membership.objects.select_related("user", "team"), pk=pk, team__name=name)
     username = membership.user.get_username()
     if request.POST.get("action") == "remove":
-        try:
-            memberships.membership_remove(actor=request.user, membership=membership)
-        except ValidationError as exc:
-            messages.error(request, " ".join(exc.messages))
-        else:
-            messages.success(request, f"{username} removed from {name}.")
+        done = f"{username} removed from {name}."
+        run_and_tell(request, done, memberships.membership_remove, actor=request.user, membership=membership)
         return redirect("allocations:team_detail", name=name)
     form = forms.MembershipRoleForm(request.POST, instance=membership, prefix=f"m{pk}")
     if _save(request, form, memberships.membership_update, membership=membership) is not None:
@@ -260,38 +297,31 @@ def member_update(request: HttpRequest, name: str, pk: int) -> HttpResponse:
 @cluster_admin_required
 def priority_classes(request: HttpRequest) -> HttpResponse:
     form = forms.PriorityClassForm(request.POST or None)
-    if request.method == "POST":
-        created = _save(request, form, services.priority_class_create)
-        if created is not None:
-            messages.success(request, f"Priority class {created.name} created.")
-            return redirect("allocations:priority_classes")
+    created = _posted(
+        request,
+        form,
+        services.priority_class_create,
+        "Priority class {} created.",
+        "allocations:priority_classes",
+    )
+    if created is not None:
+        return created
     rows = PriorityClass.objects.annotate(job_count=Count("jobs"))
     return render(request, "console/priority_classes.html", {"classes": rows, "form": form})
 
 
 @cluster_admin_required
 def priority_class_edit(request: HttpRequest, pk: int) -> HttpResponse:
-    priority_class = get_object_or_404(PriorityClass, pk=pk)
-    if request.method == "POST" and request.POST.get("action") == "delete":
-        services.priority_class_delete(actor=request.user, priority_class=priority_class)
-        messages.success(request, f"Priority class {priority_class.name} deleted.")
-        return redirect("allocations:priority_classes")
-    form = forms.PriorityClassForm(request.POST or None, instance=PriorityClass.objects.get(pk=pk))
-    if request.method == "POST":
-        saved = _save(request, form, services.priority_class_update, priority_class=priority_class)
-        if saved is not None:
-            messages.success(request, f"Priority class {saved.name} saved.")
-            return redirect("allocations:priority_classes")
-    return render(
+    return _edit_page(
         request,
-        "console/edit.html",
-        {
-            "form": form,
-            "title": f"Priority class {priority_class.name}",
-            "back": "allocations:priority_classes",
-            "can_delete": True,
-            "delete_what": "this priority class (its jobs keep running with priority 0)",
-        },
+        get_object_or_404(PriorityClass, pk=pk),
+        "priority_class",
+        forms.PriorityClassForm,
+        services.priority_class_update,
+        services.priority_class_delete,
+        noun="Priority class",
+        back="allocations:priority_classes",
+        delete_what="this priority class (its jobs keep running with priority 0)",
     )
 
 
@@ -325,11 +355,9 @@ def policy(request: HttpRequest) -> HttpResponse:
 @cluster_admin_required
 def nodes(request: HttpRequest) -> HttpResponse:
     form = forms.NodeForm(request.POST or None, prefix="new")
-    if request.method == "POST":
-        node = _save(request, form, services.node_create)
-        if node is not None:
-            messages.success(request, f"Node {node.name} added.")
-            return redirect("allocations:nodes")
+    added = _posted(request, form, services.node_create, "Node {} added.", "allocations:nodes")
+    if added is not None:
+        return added
     state = request.GET.get("state", "")
     instance_type = request.GET.get("instance_type", "")
     rows = Node.objects.select_related("instance_type")
@@ -390,29 +418,18 @@ def node_state(request: HttpRequest, pk: int) -> HttpResponse:
 
 @cluster_admin_required
 def node_edit(request: HttpRequest, pk: int) -> HttpResponse:
-    node = get_object_or_404(Node, pk=pk)
-    if request.method == "POST" and request.POST.get("action") == "delete":
-        services.node_delete(actor=request.user, node=node)
-        messages.success(request, f"Node {node.name} removed.")
-        _warn_overcommit(request, [node.instance_type_id])
-        return redirect("allocations:nodes")
-    form = forms.NodeForm(request.POST or None, instance=Node.objects.get(pk=pk))
-    if request.method == "POST":
-        saved = _save(request, form, services.node_update, node=node)
-        if saved is not None:
-            messages.success(request, f"Node {saved.name} saved.")
-            _warn_overcommit(request, [saved.instance_type_id])
-            return redirect("allocations:nodes")
-    return render(
+    return _edit_page(
         request,
-        "console/edit.html",
-        {
-            "form": form,
-            "title": f"Node {node.name}",
-            "back": "allocations:nodes",
-            "can_delete": True,
-            "delete_what": "this node (its capacity goes with it)",
-        },
+        get_object_or_404(Node, pk=pk),
+        "node",
+        forms.NodeForm,
+        services.node_update,
+        services.node_delete,
+        noun="Node",
+        back="allocations:nodes",
+        delete_what="this node (its capacity goes with it)",
+        deleted="removed",
+        after=lambda node: _warn_overcommit(request, [node.instance_type_id]),
     )
 
 
@@ -420,11 +437,11 @@ def node_edit(request: HttpRequest, pk: int) -> HttpResponse:
 @cluster_admin_required
 def instance_types(request: HttpRequest) -> HttpResponse:
     form = forms.InstanceTypeForm(request.POST or None)
-    if request.method == "POST":
-        created = _save(request, form, services.instance_type_create)
-        if created is not None:
-            messages.success(request, f"Instance type {created.name} added.")
-            return redirect("allocations:instance_types")
+    added = _posted(
+        request, form, services.instance_type_create, "Instance type {} added.", "allocations:instance_types"
+    )
+    if added is not None:
+        return added
     return render(
         request, "console/instance_types.html", {"overview": selectors.capacity_overview(), "form": form}
     )
@@ -432,31 +449,16 @@ def instance_types(request: HttpRequest) -> HttpResponse:
 
 @cluster_admin_required
 def instance_type_edit(request: HttpRequest, pk: int) -> HttpResponse:
-    instance_type = get_object_or_404(InstanceType, pk=pk)
-    if request.method == "POST" and request.POST.get("action") == "delete":
-        try:
-            services.instance_type_delete(actor=request.user, instance_type=instance_type)
-        except ValidationError as exc:
-            messages.error(request, " ".join(exc.messages))
-            return redirect("allocations:instance_type_edit", pk=pk)
-        messages.success(request, f"Instance type {instance_type.name} deleted.")
-        return redirect("allocations:instance_types")
-    form = forms.InstanceTypeForm(request.POST or None, instance=InstanceType.objects.get(pk=pk))
-    if request.method == "POST":
-        saved = _save(request, form, services.instance_type_update, instance_type=instance_type)
-        if saved is not None:
-            messages.success(request, f"Instance type {saved.name} saved.")
-            return redirect("allocations:instance_types")
-    return render(
+    return _edit_page(
         request,
-        "console/edit.html",
-        {
-            "form": form,
-            "title": f"Instance type {instance_type.name}",
-            "back": "allocations:instance_types",
-            "can_delete": True,
-            "delete_what": "this instance type",
-        },
+        get_object_or_404(InstanceType, pk=pk),
+        "instance_type",
+        forms.InstanceTypeForm,
+        services.instance_type_update,
+        services.instance_type_delete,
+        noun="Instance type",
+        back="allocations:instance_types",
+        delete_what="this instance type",
     )
 
 

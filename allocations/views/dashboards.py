@@ -149,15 +149,31 @@ def _csv(built: list[Chart], key: str, filename: str) -> HttpResponse:
     return response
 
 
-def _page(
+def _dashboard(
     request: HttpRequest,
+    fmt: str,
+    chart: str,
+    charts_for: Callable[[Filters], list[Chart]],
+    *,
+    name: str,
     template: str,
-    filters: Filters,
-    built: list[Chart],
     data_url: str,
     csv_url: Callable[[str], str],
+    team_choices: Sequence[Team] = (),
     **context: Any,
 ) -> HttpResponse:
+    """A dashboard in the format asked for: its page (``template``), its data as JSON or one
+    chart's CSV (``name``: the file's, before the range). Bad filters answer 400 in that format;
+    ``team_choices``: the teams its filter offers (none: no team filter)."""
+    try:
+        filters = parse_filters(request, team_choices=team_choices)
+    except FilterError as exc:
+        return _bad_filters(request, exc, fmt)
+    built = charts_for(filters)
+    if fmt == "json":
+        return JsonResponse(_data(filters, built), encoder=DjangoJSONEncoder)
+    if fmt == "csv":
+        return _csv(built, chart, f"{name}-{filters.window.key}")
     return render(
         request,
         template,
@@ -168,34 +184,32 @@ def _page(
             "data": _data(filters, built),
             "data_url": data_url,
             "query_string": urlencode(filters.query(), doseq=True),
-            "plotly_url": reverse("allocations:plotly_js") + f"?v={plotly.__version__}",
+            "plotly_url": plotly_url(),
+            "team_choices": team_choices,
             **context,
         },
     )
+
+
+def plotly_url() -> str:
+    """The URL of ``plotly_js``, carrying the package's version so that browsers keep it."""
+    return reverse("allocations:plotly_js") + f"?v={plotly.__version__}"
 
 
 @cluster_admin_required
 @require_GET
 def cluster_dashboard(request: HttpRequest, fmt: str = "html", chart: str = "") -> HttpResponse:
     """The cluster's capacity, usage by team, lending, fair share and preemptions."""
-    team_choices = list(Team.objects.order_by("name"))
-    try:
-        filters = parse_filters(request, team_choices=team_choices)
-    except FilterError as exc:
-        return _bad_filters(request, exc, fmt)
-    built = cluster_charts(filters)
-    if fmt == "json":
-        return JsonResponse(_data(filters, built), encoder=DjangoJSONEncoder)
-    if fmt == "csv":
-        return _csv(built, chart, f"cluster-{filters.window.key}")
-    return _page(
+    return _dashboard(
         request,
-        "dashboards/cluster.html",
-        filters,
-        built,
-        reverse("allocations:dashboard_cluster_data"),
-        lambda key: reverse("allocations:dashboard_cluster_csv", kwargs={"chart": key}),
-        team_choices=team_choices,
+        fmt,
+        chart,
+        cluster_charts,
+        name="cluster",
+        template="dashboards/cluster.html",
+        data_url=reverse("allocations:dashboard_cluster_data"),
+        csv_url=lambda key: reverse("allocations:dashboard_cluster_csv", kwargs={"chart": key}),
+        team_choices=list(Team.objects.order_by("name")),
     )
 
 
@@ -205,22 +219,17 @@ def team_dashboard(request: HttpRequest, team: str, fmt: str = "html", chart: st
     """One team's quota and usage, pending demand, wait times and preemptions: its members
     (any role) and cluster admins; anyone else gets 404."""
     team_obj = get_visible_or_404(request.user, Team.objects.all(), name=team)
-    try:
-        filters = parse_filters(request)
-    except FilterError as exc:
-        return _bad_filters(request, exc, fmt)
-    built = team_charts(team_obj, filters)
-    if fmt == "json":
-        return JsonResponse(_data(filters, built), encoder=DjangoJSONEncoder)
-    if fmt == "csv":
-        return _csv(built, chart, f"{team_obj.name}-{filters.window.key}")
-    return _page(
+    return _dashboard(
         request,
-        "dashboards/team.html",
-        filters,
-        built,
-        reverse("allocations:dashboard_team_data", kwargs={"team": team_obj.name}),
-        lambda key: reverse("allocations:dashboard_team_csv", kwargs={"team": team_obj.name, "chart": key}),
+        fmt,
+        chart,
+        lambda filters: team_charts(team_obj, filters),
+        name=team_obj.name,
+        template="dashboards/team.html",
+        data_url=reverse("allocations:dashboard_team_data", kwargs={"team": team_obj.name}),
+        csv_url=lambda key: reverse(
+            "allocations:dashboard_team_csv", kwargs={"team": team_obj.name, "chart": key}
+        ),
         team=team_obj,
     )
 

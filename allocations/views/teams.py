@@ -22,12 +22,14 @@ from django.views.decorators.http import require_GET, require_POST
 from allocations import access
 from allocations.choices import Role
 from allocations.forms.jobs import JobSubmitForm, MembershipAddForm, MembershipRoleForm
+from allocations.forms.policy import apply_errors
 from allocations.models import Job, Membership, Team
 from allocations.selectors import jobs as job_selectors
 from allocations.selectors.estimates import estimated_starts
 from allocations.selectors.snapshot import build_snapshot
 from allocations.services import jobs as job_services
 from allocations.services import memberships
+from allocations.views.feedback import run_and_tell
 
 # How often the queue and job pages poll their fragment (milliseconds).
 LIVE_INTERVAL_MS = 3000
@@ -43,18 +45,6 @@ def _job(request: HttpRequest, pk: int) -> Job:
         Job.objects.select_related("team", "instance_type", "priority_class", "submitter"),
         pk=pk,
     )
-
-
-def _put_errors_on_form(form: Any, exc: ValidationError, renamed: dict[str, str] | None = None) -> None:
-    """A service's ValidationError, keyed by field, shown on the form's fields (``renamed``:
-    the service's name of a field -> the form's)."""
-    renamed = renamed or {}
-    if hasattr(exc, "error_dict"):
-        for field, errors in exc.message_dict.items():
-            field = renamed.get(field, field)
-            form.add_error(field if field in form.fields else None, errors)
-    else:
-        form.add_error(None, exc.messages)
 
 
 @login_required
@@ -90,17 +80,10 @@ def _queue_context(request: HttpRequest, team: Team) -> dict[str, Any]:
 
 @login_required
 @require_GET
-def team_queue(request: HttpRequest, team: str) -> HttpResponse:
-    obj = _team(request, team)
-    return render(request, "teams/queue.html", _queue_context(request, obj))
-
-
-@login_required
-@require_GET
-def team_queue_live(request: HttpRequest, team: str) -> HttpResponse:
-    """The queue's fragment, polled by the page every few seconds."""
-    obj = _team(request, team)
-    return render(request, "teams/_queue.html", _queue_context(request, obj))
+def team_queue(request: HttpRequest, team: str, live: bool = False) -> HttpResponse:
+    """The team's queue; ``live``: only its fragment, which the page polls every few seconds."""
+    template = "teams/_queue.html" if live else "teams/queue.html"
+    return render(request, template, _queue_context(request, _team(request, team)))
 
 
 @login_required
@@ -123,7 +106,7 @@ def job_submit(request: HttpRequest, team: str) -> HttpResponse:
                 requested_duration=data["requested_duration"],
             )
         except ValidationError as exc:
-            _put_errors_on_form(form, exc)
+            apply_errors(form, exc)
         else:
             messages.success(request, f"Job {job.name} (#{job.pk}) submitted.")
             return redirect("allocations:job_detail", pk=job.pk)
@@ -144,16 +127,10 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
 
 @login_required
 @require_GET
-def job_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    job = _job(request, pk)
-    return render(request, "teams/job.html", _job_context(request, job))
-
-
-@login_required
-@require_GET
-def job_detail_live(request: HttpRequest, pk: int) -> HttpResponse:
-    job = _job(request, pk)
-    return render(request, "teams/_job.html", _job_context(request, job))
+def job_detail(request: HttpRequest, pk: int, live: bool = False) -> HttpResponse:
+    """A job and its history; ``live``: only their fragment, which the page polls."""
+    template = "teams/_job.html" if live else "teams/job.html"
+    return render(request, template, _job_context(request, _job(request, pk)))
 
 
 @login_required
@@ -163,12 +140,8 @@ def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     access.require(
         access.can_manage_job(request.user, job), "Only its submitter or a team admin may cancel it."
     )
-    try:
-        job_services.job_cancel(user=request.user, job=job)
-    except ValidationError as exc:
-        messages.error(request, " ".join(exc.messages))
-    else:
-        messages.success(request, f"Job {job.name} (#{job.pk}) cancelled.")
+    done = f"Job {job.name} (#{job.pk}) cancelled."
+    run_and_tell(request, done, job_services.job_cancel, user=request.user, job=job)
     return redirect("allocations:job_detail", pk=job.pk)
 
 
@@ -210,7 +183,7 @@ def team_members(request: HttpRequest, team: str) -> HttpResponse:
                     role=form.cleaned_data["role"],
                 )
             except ValidationError as exc:
-                _put_errors_on_form(form, exc, {"user": "username"})
+                apply_errors(form, exc, {"user": "username"})
             else:
                 messages.success(
                     request, f"{form.cleaned_data['username'].get_username()} added to {obj.name}."
@@ -244,14 +217,11 @@ def membership_role(request: HttpRequest, team: str, pk: int) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, f"Unknown role {request.POST.get('role', '')!r}.")
     else:
-        try:
-            memberships.membership_update(
-                actor=request.user, membership=membership, role=form.cleaned_data["role"]
-            )
-        except ValidationError as exc:
-            messages.error(request, " ".join(exc.messages))
-        else:
-            messages.success(request, f"{membership.user.get_username()} is now {form.cleaned_data['role']}.")
+        role = form.cleaned_data["role"]
+        done = f"{membership.user.get_username()} is now {role}."
+        run_and_tell(
+            request, done, memberships.membership_update, actor=request.user, membership=membership, role=role
+        )
     return redirect("allocations:team_members", team=team)
 
 
@@ -259,25 +229,21 @@ def membership_role(request: HttpRequest, team: str, pk: int) -> HttpResponse:
 @require_POST
 def membership_remove(request: HttpRequest, team: str, pk: int) -> HttpResponse:
     membership = _membership(request, team, pk)
-    try:
-        memberships.membership_remove(actor=request.user, membership=membership)
-    except ValidationError as exc:
-        messages.error(request, " ".join(exc.messages))
-    else:
-        messages.success(request, f"{membership.user.get_username()} removed from {team}.")
+    done = f"{membership.user.get_username()} removed from {team}."
+    run_and_tell(request, done, memberships.membership_remove, actor=request.user, membership=membership)
     return redirect("allocations:team_members", team=team)
 
 
 urlpatterns = [
     path("my-teams/", my_teams, name="my_teams"),
     path("teams/<slug:team>/", team_queue, name="team_queue"),
-    path("teams/<slug:team>/live/", team_queue_live, name="team_queue_live"),
+    path("teams/<slug:team>/live/", team_queue, {"live": True}, name="team_queue_live"),
     path("teams/<slug:team>/submit/", job_submit, name="job_submit"),
     path("teams/<slug:team>/members/", team_members, name="team_members"),
     path("teams/<slug:team>/members/<int:pk>/role/", membership_role, name="membership_role"),
     path("teams/<slug:team>/members/<int:pk>/remove/", membership_remove, name="membership_remove"),
     path("jobs/<int:pk>/", job_detail, name="job_detail"),
-    path("jobs/<int:pk>/live/", job_detail_live, name="job_detail_live"),
+    path("jobs/<int:pk>/live/", job_detail, {"live": True}, name="job_detail_live"),
     path("jobs/<int:pk>/cancel/", job_cancel, name="job_cancel"),
     path("jobs/<int:pk>/resubmit/", job_resubmit, name="job_resubmit"),
 ]

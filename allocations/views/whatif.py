@@ -19,17 +19,12 @@ from django.views.decorators.http import require_POST
 from allocations.access import cluster_admin_required
 from allocations.forms import policy as policy_forms
 from allocations.models import InstanceType, PolicyDraft, PriorityClass, WhatIfRun, WhatIfRunState
+from allocations.views.dashboards import plotly_url
 from allocations.whatif import charts, figures, runs, services
 from allocations.whatif import drafts as bodies
 from allocations.whatif.forms import DraftNameForm, RunForm
 
 RECENT_RUNS = 20
-
-
-def _errors_text(exc: ValidationError) -> str:
-    if hasattr(exc, "message_dict"):
-        return " ".join(m for messages_ in exc.message_dict.values() for m in messages_)
-    return " ".join(exc.messages)
 
 
 # --- The lab's home: drafts and runs ---------------------------------------------------------------
@@ -180,25 +175,13 @@ def draft_team(request: HttpRequest, pk: int, name: str) -> HttpResponse:
             services.draft_update(draft=draft, body=bodies.with_team(draft.body, name, values, new_quotas))
             messages.success(request, f"Team {name} saved in draft {draft.name}.")
             return redirect("allocations:whatif_draft", pk=draft.pk)
-    types = {t.pk: t for t in instance_types}
-    quota_rows = []
-    for quota_form in quotas.forms:
-        value = quota_form["instance_type"].value()
-        instance_type = value if isinstance(value, InstanceType) else types.get(_int(value))
-        quota_rows.append((quota_form, instance_type))
+    quota_rows = quotas.rows(instance_types)
     return render(
         request,
         "whatif/draft_team.html",
         {"draft": draft, "team": team, "form": form, "quotas": quotas, "quota_rows": quota_rows},
         status=400 if request.method == "POST" else 200,
     )
-
-
-def _int(value: Any) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
 
 
 @cluster_admin_required
@@ -301,7 +284,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
                     for chart in chart_list
                 ],
                 "charts_data": {chart.key: chart.figure for chart in chart_list},
-                "plotly_url": _plotly_url(),
+                "plotly_url": plotly_url(),
             }
         )
     return render(request, "whatif/run.html", context)
@@ -352,12 +335,6 @@ CLASS_FIGURES = [
 def _rows(figures: list[tuple[str, str, Any]], columns: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
     """(label, [the figure under each policy]) for each figure."""
     return [(label, [show(column.get(key)) for column in columns]) for key, label, show in figures]
-
-
-def _plotly_url() -> str:
-    import plotly
-
-    return reverse("allocations:plotly_js") + f"?v={plotly.__version__}"
 
 
 @cluster_admin_required

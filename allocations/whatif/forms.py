@@ -10,6 +10,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from allocations.forms.policy import check_day_order, day_field
 from allocations.models import PolicyDraft
 
 TIME_STEPS = [("0", "Exact times"), ("60", "1 minute"), ("300", "5 minutes"), ("900", "15 minutes")]
@@ -66,18 +67,8 @@ class RunForm(forms.Form):
         initial="7",
         error_messages={"invalid_choice": "Window must be 7, 30, 90 or dates; got %(value)r."},
     )
-    since = forms.DateField(
-        required=False,
-        label="From",
-        widget=forms.DateInput(attrs={"type": "date"}),
-        error_messages={"invalid": "From must be a date like 2026-01-31."},
-    )
-    until = forms.DateField(
-        required=False,
-        label="To (inclusive)",
-        widget=forms.DateInput(attrs={"type": "date"}),
-        error_messages={"invalid": "To must be a date like 2026-01-31."},
-    )
+    since = day_field("From")
+    until = day_field("To (inclusive)", called="To")
 
     time_step = forms.TypedChoiceField(
         label="Time resolution",
@@ -107,8 +98,7 @@ class RunForm(forms.Form):
             if until is None:
                 self.add_error("until", "To is required when the window is given by dates.")
             if since and until:
-                if since > until:
-                    self.add_error("until", f"To ({until}) must not be before From ({since}).")
+                check_day_order(self, since, until)
                 start = datetime.combine(since, time.min, tzinfo=UTC)
                 end = min(now, datetime.combine(until + timedelta(days=1), time.min, tzinfo=UTC))
                 if start >= now:

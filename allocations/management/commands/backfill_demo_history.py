@@ -64,26 +64,9 @@ from allocations.selectors.snapshot import build_snapshot
 from allocations.services import history
 
 JOB_PREFIX = "backfill-"
-TEAM_COLUMNS = [
-    "quota",
-    "used",
-    "used_within_quota",
-    "borrowed",
-    "lent",
-    "idle_quota",
-    "pending_gpus",
-    "running_jobs",
-    "pending_jobs",
-]
-CAPACITY_COLUMNS = [
-    "capacity",
-    "allocated",
-    "idle",
-    "unallocated",
-    "pending_gpus",
-    "pending_jobs",
-    "idle_while_waiting",
-]
+# The columns of the minute samples, in the order the rows below are written.
+TEAM_COLUMNS = list(history.TEAM_SUMS)
+CAPACITY_COLUMNS = list(history.CAPACITY_SUMS)
 FLOAT_SUMS = ("lent_gpu_minutes", "idle_quota_gpu_minutes")
 # A preemption names as its preemptor a job that started on the type within this many seconds
 # (or by the next step, before the minute window), as the loop starts it in the same cycle.
@@ -484,15 +467,8 @@ class Workload:
 
     @staticmethod
     def _capacity_values(row: Any) -> dict[str, Any]:
-        return {
-            "capacity": row.capacity,
-            "allocated": row.allocated,
-            "idle": row.idle,
-            "unallocated": row.unallocated,
-            "pending_gpus": row.pending_gpus,
-            "pending_jobs": row.pending_jobs,
-            "idle_while_waiting": min(row.idle, row.pending_gpus),
-        }
+        sample = history.capacity_sample(row)
+        return {column: getattr(sample, column) for column in CAPACITY_COLUMNS}
 
     def minute_samples(self, start: datetime, end: datetime) -> int:
         """Step every minute of [start, end] and write minute samples; returns rows written."""
