@@ -389,15 +389,16 @@ def nodes(request: HttpRequest) -> HttpResponse:
         rows = rows.filter(instance_type__name=instance_type)
     page = _page(request, rows)
     jobs_on = live_selectors.node_jobs([node.name for node in page])
+    rows_now = []
+    for node in page:
+        on_node = jobs_on.get(node.name, [])
+        rows_now.append((node, on_node, sum(job.gpus for job in on_node)))
     return render(
         request,
         "console/nodes.html",
         {
             "page": page,
-            "rows": [
-                (node, jobs_on.get(node.name, []), sum(job.gpus for job in jobs_on.get(node.name, [])))
-                for node in page
-            ],
+            "rows": rows_now,  # (node, the jobs on it, GPUs they use there)
             "form": form,
             "state_form": forms.NodeStateForm(),
             "states": NodeState.choices,
@@ -456,7 +457,8 @@ def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "node": node,
             "jobs": jobs,
             "used_gpus": sum(job.gpus for job in jobs),
-            "history": node.state_changes.all()[:PAGE_SIZE],
+            "history": list(node.state_changes.all()[:PAGE_SIZE]),
+            "history_limit": PAGE_SIZE,
             "state_form": forms.NodeStateForm(),
             "states": NodeState.choices,
             "now": timezone.now(),
