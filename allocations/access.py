@@ -101,6 +101,13 @@ def can_read_cluster(user: Any) -> bool:
     return is_cluster_admin(user) or bool(team_roles(user))
 
 
+def can_see_free_capacity(user: Any) -> bool:
+    """The cluster's free capacity per instance type (ready, used, free and pending GPUs, no
+    team's jobs or names), so that users choose where to submit: staff, or anyone with a role
+    in some team. A user in no team submits nowhere and sees none of it."""
+    return can_read_cluster(user)
+
+
 def can_view_team(user: Any, team: Team) -> bool:
     return is_cluster_admin(user) or role_in(user, team) is not None
 

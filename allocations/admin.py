@@ -27,6 +27,7 @@ from allocations.models import (
     JobEvent,
     Membership,
     Node,
+    NodeStateChange,
     PriorityClass,
     Team,
     TeamQuota,
@@ -101,26 +102,6 @@ class InstanceTypeAdmin(ServiceAdmin):
     list_display = ["name", "gpus_per_node", "price_per_gpu_hour"]
 
 
-@admin.register(Node)
-class NodeAdmin(ServiceAdmin):
-    form = forms.NodeForm
-    create = staticmethod(services.node_create)
-    update = staticmethod(services.node_update)
-    instance_kwarg = "node"
-    list_display = ["name", "instance_type", "gpus", "state", "state_since", "reason"]
-    list_filter = ["state", "instance_type"]
-    search_fields = ["name"]
-
-
-@admin.register(PriorityClass)
-class PriorityClassAdmin(ServiceAdmin):
-    form = forms.PriorityClassForm
-    create = staticmethod(services.priority_class_create)
-    update = staticmethod(services.priority_class_update)
-    instance_kwarg = "priority_class"
-    list_display = ["name", "weight", "description"]
-
-
 class ReadOnlyInline(admin.TabularInline):
     """Rows shown under their parent, every field read-only: none added, changed or deleted."""
 
@@ -132,6 +113,32 @@ class ReadOnlyInline(admin.TabularInline):
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class NodeStateChangeInline(ReadOnlyInline):
+    model = NodeStateChange
+    fields = ["at", "old_state", "state", "reason", "source", "actor_name"]
+
+
+@admin.register(Node)
+class NodeAdmin(ServiceAdmin):
+    form = forms.NodeForm
+    create = staticmethod(services.node_create)
+    update = staticmethod(services.node_update)
+    instance_kwarg = "node"
+    list_display = ["name", "instance_type", "gpus", "state", "state_since", "reason"]
+    list_filter = ["state", "instance_type"]
+    search_fields = ["name"]
+    inlines = [NodeStateChangeInline]
+
+
+@admin.register(PriorityClass)
+class PriorityClassAdmin(ServiceAdmin):
+    form = forms.PriorityClassForm
+    create = staticmethod(services.priority_class_create)
+    update = staticmethod(services.priority_class_update)
+    instance_kwarg = "priority_class"
+    list_display = ["name", "weight", "description"]
 
 
 class TeamQuotaInline(ReadOnlyInline):

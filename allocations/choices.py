@@ -70,6 +70,14 @@ class NodeState(models.TextChoices):
     DOWN = "down", "Down"
 
 
+class NodeStateSource(models.TextChoices):
+    """Who changed a node's state: an administrator (console, API, Django admin) or the cluster
+    (the backend reported it to the allocation loop)."""
+
+    ADMIN = "admin", "Administrator"
+    CLUSTER = "cluster", "Cluster"
+
+
 class BorrowLimitKind(models.TextChoices):
     PERCENT = "percent", "Percent of quota"
     ABSOLUTE = "absolute", "GPUs"

@@ -18,6 +18,7 @@ from .choices import (
     JobEventKind,
     JobState,
     NodeState,
+    NodeStateSource,
     Role,
 )
 
@@ -120,6 +121,30 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class NodeStateChange(models.Model):
+    """One change of a node's state (or its first state, when it was added): the node page's
+    history. Append-only; written by the node services (an administrator, ``actor_name``), the
+    allocation loop's node sync and the simulated backend (what the cluster reported)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="state_changes")
+    at = models.DateTimeField()
+    old_state = models.CharField(max_length=16, blank=True, help_text="Empty when the node was added")
+    state = models.CharField(max_length=16, choices=NodeState.choices)
+    reason = models.CharField(max_length=200, blank=True)
+    source = models.CharField(max_length=16, choices=NodeStateSource.choices)
+    actor_name = models.CharField(max_length=150, blank=True, help_text="The administrator, if one")
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["node", "at"], name="nodestate_node_at")]
+        constraints = [
+            models.CheckConstraint(condition=Q(state__in=NodeState.values), name="nodestate_state_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node_id} {self.old_state or 'added'} -> {self.state} at {self.at:%Y-%m-%d %H:%M:%S}"
 
 
 class PriorityClass(models.Model):

@@ -152,16 +152,23 @@ class SimulatedBackend(ClusterBackend):
             if random.Random(f"{self.seed}:{node.name}:{minute}").random() < probability:
                 node.state, node.state_since, node.reason = "down", now, f"{FAILURE_REASON} at {now:%H:%M:%S}"
                 node.save(update_fields=["state", "state_since", "reason"])
+                # The simulated cluster shares the Node rows, so the loop's sync sees no change:
+                # the node page's history is written here.
+                _record_state(node, "ready", now)
                 for job in job_model.objects.filter(state="running").order_by():
                     if any(name == node.name for name, _ in job.nodes):
                         job.state, job.finished_at, job.ends_at, job.exit_code = "failed", now, now, 137
                         job.reason = f"node {node.name} failed"
                         job.save(update_fields=["state", "finished_at", "ends_at", "exit_code", "reason"])
-        node_model.objects.filter(
+        repaired = node_model.objects.filter(
             state="down",
             reason__startswith=FAILURE_REASON,
             state_since__lte=now - timedelta(seconds=self.node_repair_s),
-        ).update(state="ready", state_since=now, reason="")
+        )
+        for node in repaired:
+            node.state, node.state_since, node.reason = "ready", now, ""
+            node.save(update_fields=["state", "state_since", "reason"])
+            _record_state(node, "down", now)
 
     # --- the contract -----------------------------------------------------------------------------
 
@@ -355,3 +362,12 @@ class SimulatedBackend(ClusterBackend):
 
     def health(self) -> None:
         self._reachable()
+
+
+def _record_state(node: Any, old_state: str, now: datetime) -> None:
+    """A failure or repair of the simulated cluster in the node's history."""
+    from allocations.models import NodeStateChange
+
+    NodeStateChange.objects.create(
+        node=node, at=now, old_state=old_state, state=node.state, reason=node.reason, source="cluster"
+    )

@@ -40,8 +40,8 @@ from allocations.backends import (
     TransientBackendError,
     get_backend,
 )
-from allocations.choices import JobEventKind, JobState
-from allocations.models import Cluster, CycleRun, InstanceType, Job, JobEvent, Node
+from allocations.choices import JobEventKind, JobState, NodeStateSource
+from allocations.models import Cluster, CycleRun, InstanceType, Job, JobEvent, Node, NodeStateChange
 from allocations.selectors.snapshot import build_snapshot, job_id, job_pk
 
 log = logging.getLogger(__name__)
@@ -222,6 +222,7 @@ def _sync_nodes(backend: ClusterBackend, now: datetime, changes: _Changes) -> No
         changes.notes.append(f"node {name} is no longer reported by the backend: removed")
     Node.objects.filter(name__in=rows.keys() - reported.keys()).delete()
     updated, created = [], []
+    moved: list[tuple[Node, str]] = []  # (node, its state before): the node pages' history
     for name, seen in reported.items():
         instance_type = types.get(seen.instance_type)
         if instance_type is None:
@@ -249,6 +250,7 @@ def _sync_nodes(backend: ClusterBackend, now: datetime, changes: _Changes) -> No
             instance_type.pk,
         ):
             if row.state != seen.state:
+                moved.append((row, row.state))
                 row.state_since = now
                 changes.notes.append(f"node {name}: {row.state} -> {seen.state} {seen.reason}".strip())
             row.state, row.gpus, row.reason, row.instance_type = (
@@ -262,6 +264,18 @@ def _sync_nodes(backend: ClusterBackend, now: datetime, changes: _Changes) -> No
         Node.objects.bulk_create(created)
     if updated:
         Node.objects.bulk_update(updated, ["state", "state_since", "gpus", "reason", "instance_type"])
+    if created or moved:
+        NodeStateChange.objects.bulk_create(
+            NodeStateChange(
+                node=node,
+                at=now,
+                old_state=old_state,
+                state=node.state,
+                reason=node.reason,
+                source=NodeStateSource.CLUSTER,
+            )
+            for node, old_state in [*((node, "") for node in created), *moved]
+        )
 
 
 def _sync_jobs(backend: ClusterBackend, now: datetime, changes: _Changes, start_seq: Iterator[int]) -> None:

@@ -25,13 +25,14 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from allocations import choices
-from allocations.choices import BackendKind, BorrowLimitKind, NodeState
+from allocations.choices import BackendKind, BorrowLimitKind, NodeState, NodeStateSource
 from allocations.models import (
     Cluster,
     ClusterPolicy,
     InstanceType,
     Job,
     Node,
+    NodeStateChange,
     PriorityClass,
     Team,
     TeamQuota,
@@ -481,7 +482,22 @@ def node_create(
     if gpus is None and isinstance(instance_type, InstanceType):
         gpus = instance_type.gpus_per_node
     values = {"name": name, "instance_type": instance_type, "gpus": gpus, "state": state, "reason": reason}
-    return _create(actor=actor, kind=_NODE, values=values, extra={"state_since": timezone.now()})
+    node = _create(actor=actor, kind=_NODE, values=values, extra={"state_since": timezone.now()})
+    _record_state(actor, node, old_state="")
+    return node
+
+
+def _record_state(actor: Any, node: Node, *, old_state: str) -> None:
+    """The node page's history: the node's state now, who set it and why."""
+    NodeStateChange.objects.create(
+        node=node,
+        at=node.state_since,
+        old_state=old_state,
+        state=node.state,
+        reason=node.reason,
+        source=NodeStateSource.ADMIN,
+        actor_name=audit.actor_name(actor),
+    )
 
 
 @_policy_write
@@ -492,6 +508,7 @@ def node_update(*, actor: Any, node: Node, **changes: Any) -> Node:
     down" would be misleading.
     """
     current = _lock(node)
+    old_state = current.state
     if "state" in changes and changes["state"] != current.state:
         if changes["state"] == NodeState.READY and "reason" not in changes:
             changes["reason"] = ""
@@ -502,6 +519,7 @@ def node_update(*, actor: Any, node: Node, **changes: Any) -> Node:
     if state_changed:
         obj.state_since = timezone.now()
         obj.save(update_fields=["state_since"])
+        _record_state(actor, obj, old_state=old_state)
     return obj
 
 

@@ -19,17 +19,20 @@ from django.db.models import Count, Prefetch
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import NoReverseMatch, path, reverse
+from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from allocations.access import cluster_admin_required, is_cluster_admin
 from allocations.choices import NodeState
 from allocations.forms import policy as forms
 from allocations.models import InstanceType, Membership, Node, PriorityClass, Team, TeamQuota
+from allocations.selectors import live as live_selectors
 from allocations.selectors import policy as selectors
 from allocations.services import memberships
 from allocations.services import policy as services
 from allocations.views.feedback import run_and_tell
+from allocations.views.teams import LIVE_INTERVAL_MS  # the capacity page polls at the queue's pace
 
 PAGE_SIZE = 50
 
@@ -140,17 +143,36 @@ def home(request: HttpRequest) -> HttpResponse:
     return _capacity(request)
 
 
-def _capacity(request: HttpRequest) -> HttpResponse:
-    overview = selectors.capacity_overview()
+def _capacity(request: HttpRequest, live: bool = False) -> HttpResponse:
+    """The capacity page: per instance type and team, use now beside quota, borrow cap and
+    lend limit; ``live``: only its fragment, which the page polls (``static/js/live.js``)."""
+    now = timezone.now()
+    types_now = live_selectors.cluster_now(now)
+    overview = [row.capacity for row in types_now]
     totals = {
         "ready_gpus": sum(row.ready_gpus for row in overview),
         "gpus_total": sum(row.gpus_total for row in overview),
         "quota_sum": sum(row.quota_sum for row in overview),
         "nodes_total": sum(row.nodes_total for row in overview),
         "nodes_ready": sum(row.nodes_ready for row in overview),
+        "used_gpus": sum(row.usage.allocated for row in types_now),
+        "pending_gpus": sum(row.usage.pending_gpus for row in types_now),
         "teams": Team.objects.count(),
     }
-    return render(request, "console/capacity.html", {"overview": overview, "totals": totals})
+    template = "console/_capacity.html" if live else "console/capacity.html"
+    context = {
+        "overview": overview,
+        "types_now": types_now,
+        "totals": totals,
+        "now": now,
+        "live_interval": LIVE_INTERVAL_MS,
+    }
+    return render(request, template, context)
+
+
+@cluster_admin_required
+def capacity_live(request: HttpRequest) -> HttpResponse:
+    return _capacity(request, live=True)
 
 
 # --- Teams ------------------------------------------------------------------------------------------
@@ -366,11 +388,17 @@ def nodes(request: HttpRequest) -> HttpResponse:
     if instance_type:
         rows = rows.filter(instance_type__name=instance_type)
     page = _page(request, rows)
+    jobs_on = live_selectors.node_jobs([node.name for node in page])
+    rows_now = []
+    for node in page:
+        on_node = jobs_on.get(node.name, [])
+        rows_now.append((node, on_node, sum(job.gpus for job in on_node)))
     return render(
         request,
         "console/nodes.html",
         {
             "page": page,
+            "rows": rows_now,  # (node, the jobs on it, GPUs they use there)
             "form": form,
             "state_form": forms.NodeStateForm(),
             "states": NodeState.choices,
@@ -414,6 +442,28 @@ def node_state(request: HttpRequest, pk: int) -> HttpResponse:
     ):
         back = reverse("allocations:nodes")  # never send an administrator off-site
     return HttpResponseRedirect(back)
+
+
+@cluster_admin_required
+@require_GET
+def node_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """A node: its state and since when, the jobs running on it, and its history of states."""
+    node = get_object_or_404(Node.objects.select_related("instance_type"), pk=pk)
+    jobs = live_selectors.node_jobs([node.name]).get(node.name, [])
+    return render(
+        request,
+        "console/node.html",
+        {
+            "node": node,
+            "jobs": jobs,
+            "used_gpus": sum(job.gpus for job in jobs),
+            "history": list(node.state_changes.all()[:PAGE_SIZE]),
+            "history_limit": PAGE_SIZE,
+            "state_form": forms.NodeStateForm(),
+            "states": NodeState.choices,
+            "now": timezone.now(),
+        },
+    )
 
 
 @cluster_admin_required
@@ -512,7 +562,9 @@ urlpatterns = [
     path("console/priority-classes/<int:pk>/", priority_class_edit, name="priority_class_edit"),
     path("console/policy/", policy, name="policy"),
     path("console/nodes/", nodes, name="nodes"),
-    path("console/nodes/<int:pk>/", node_edit, name="node_edit"),
+    path("console/live/", capacity_live, name="capacity_live"),
+    path("console/nodes/<int:pk>/", node_detail, name="node_detail"),
+    path("console/nodes/<int:pk>/edit/", node_edit, name="node_edit"),
     path("console/nodes/<int:pk>/state/", node_state, name="node_state"),
     path("console/instance-types/", instance_types, name="instance_types"),
     path("console/instance-types/<int:pk>/", instance_type_edit, name="instance_type_edit"),

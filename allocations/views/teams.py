@@ -25,6 +25,7 @@ from allocations.forms.jobs import JobSubmitForm, MembershipAddForm, MembershipR
 from allocations.forms.policy import apply_errors
 from allocations.models import Job, Membership, Team
 from allocations.selectors import jobs as job_selectors
+from allocations.selectors import live as live_selectors
 from allocations.selectors.estimates import estimated_starts
 from allocations.selectors.snapshot import build_snapshot
 from allocations.services import jobs as job_services
@@ -54,7 +55,14 @@ def my_teams(request: HttpRequest) -> HttpResponse:
     labels = dict(Role.choices)
     for row in rows:
         row["role_label"] = labels.get(row["role"], row["role"])
-    return render(request, "teams/my_teams.html", {"rows": rows})
+    return render(request, "teams/my_teams.html", {"rows": rows, **_free_capacity(request)})
+
+
+def _free_capacity(request: HttpRequest) -> dict[str, Any]:
+    """The cluster's free capacity for the page, if the user may see it (``access.py``)."""
+    if not access.can_see_free_capacity(request.user):
+        return {"free_capacity": None}
+    return {"free_capacity": live_selectors.free_capacity()}
 
 
 def _queue_context(request: HttpRequest, team: Team) -> dict[str, Any]:
@@ -111,7 +119,8 @@ def job_submit(request: HttpRequest, team: str) -> HttpResponse:
             messages.success(request, f"Job {job.name} (#{job.pk}) submitted.")
             return redirect("allocations:job_detail", pk=job.pk)
     status = 400 if request.method == "POST" else 200
-    return render(request, "teams/submit.html", {"team": obj, "form": form}, status=status)
+    context = {"team": obj, "form": form, **_free_capacity(request)}
+    return render(request, "teams/submit.html", context, status=status)
 
 
 def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:

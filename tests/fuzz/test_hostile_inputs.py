@@ -192,7 +192,7 @@ FORM_PAGES = [
     ("cluster_admin", "/console/priority-classes/{priority_class}/"),
     ("cluster_admin", "/console/policy/"),
     ("cluster_admin", "/console/nodes/"),
-    ("cluster_admin", "/console/nodes/{node}/"),
+    ("cluster_admin", "/console/nodes/{node}/edit/"),
     ("cluster_admin", "/console/instance-types/"),
     ("cluster_admin", "/console/instance-types/{instance_type}/"),
     ("cluster_admin", "/console/import/"),
