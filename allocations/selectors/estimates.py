@@ -244,7 +244,17 @@ def job_estimates(snapshot: engine.Snapshot, now: datetime) -> Estimates:
         logger.warning("start estimates: the cache is unreachable; computing without it", exc_info=True)
         cached = None
     if not isinstance(cached, Forecast):
-        cached = forecast(snapshot, now.timestamp(), durations, allocate)
+        try:
+            cached = forecast(snapshot, now.timestamp(), durations, allocate)
+        except ValueError as exc:
+            # A state the engine refuses (a job on a node that is gone) makes every estimate
+            # unknown, with the engine's words, rather than the page fail.
+            logger.warning("start estimates: the engine refused the state: %s", exc)
+            pending = [job.id for job in snapshot.jobs if not job.running]
+            cached = Forecast(
+                starts=dict.fromkeys(pending),
+                unknown=dict.fromkeys(pending, f"the cluster's state cannot be forecast ({exc})"),
+            )
         try:
             cache.set(key, cached, timeout=CACHE_TTL_S)
         except Exception:
