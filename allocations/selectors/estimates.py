@@ -70,7 +70,7 @@ def _team_order_key(snapshot: engine.Snapshot) -> Any:
 def _why_before(job: engine.Job, ahead: engine.Job, t: float, plan: engine.Plan) -> str:
     """Why ``job`` starts at ``t`` while ``ahead`` (before it in the team's order) still waits."""
     if job.gpus < ahead.gpus:
-        return f"a smaller job ({job.gpus} GPUs) that fits sooner than #{ahead.id} ahead of it ({ahead.gpus} GPUs)"
+        return f"a smaller job ({_gpus(job.gpus)}) that fits sooner than #{ahead.id} ahead of it ({_gpus(ahead.gpus)})"
     if ahead.preemptions and ahead.last_preempted_at is not None:
         until = ahead.last_preempted_at + 2 ** (ahead.preemptions - 1)
         if until > t:
@@ -186,6 +186,10 @@ def forecast(
                 del jobs[job.id]
     unknown = {job_id: stopped for job_id, start in starts.items() if start is None}
     return Forecast(starts=starts, unknown=unknown, ahead=ahead_why)
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"
 
 
 def _id_key(job_id: str) -> tuple[int, str]:

@@ -260,3 +260,15 @@ def test_unknown_says_nothing_frees_room_for_a_job_of_an_inactive_team():
     snap = replace(snap, teams=(replace(snap.teams[0], active=False), snap.teams[1]))
     result = forecast(snap, 100.0, {"p": 60.0}, allocate)
     assert result.unknown == {"p": "no job that runs or waits frees room for it"}
+
+
+def test_one_gpu_is_said_in_the_singular():
+    snap = snapshot(
+        engine.Job("r1", "a", "p5", 7, submit_time=0, nodes=(("n1", 7),), started_at=0),
+        running("r2", "b", "n2", 0),
+        pending("big", "a", 8, 10),
+        pending("one", "a", 1, 20),
+    )
+    durations: dict[str, float | None] = {"r1": 600.0, "r2": 900.0, "big": 60.0, "one": 60.0}
+    result = forecast(snap, 100.0, durations, allocate)
+    assert result.ahead == {"one": "a smaller job (1 GPU) that fits sooner than #big ahead of it (8 GPUs)"}
