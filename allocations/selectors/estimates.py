@@ -107,6 +107,10 @@ def forecast(
     starts: dict[str, float | None] = dict.fromkeys(targets)
     ahead_why: dict[str, str] = {}
     order = _team_order_key(snapshot)
+    # Each team's queue on each instance type, in the team's order: where "the job ahead" is.
+    queues: dict[tuple[str, str], list[engine.Job]] = {}
+    for job in sorted((job for job in snapshot.jobs if job.id in targets), key=order):
+        queues.setdefault((job.team, job.instance_type), []).append(job)
     start_seq = max((job.start_seq for job in snapshot.jobs), default=0)
     t = now
     deadline = time.process_time() + budget_s
@@ -133,16 +137,12 @@ def forecast(
                 starts[start.job_id] = t
                 # 2. A job that starts while one ahead of it (same team and instance type) still
                 # waits says why, so that its earlier estimate does not read as a mistake.
-                waiting_ahead = [
-                    other
-                    for other in jobs.values()
-                    if other.id in targets
-                    and starts[other.id] is None
-                    and other.id not in started
-                    and other.team == job.team
-                    and other.instance_type == job.instance_type
-                    and order(other) < order(job)
-                ]
+                waiting_ahead = []
+                for other in queues[(job.team, job.instance_type)]:
+                    if other.id == job.id:
+                        break
+                    if starts[other.id] is None and other.id not in started:
+                        waiting_ahead.append(other)
                 if waiting_ahead:
                     larger = [other for other in waiting_ahead if other.gpus > job.gpus]
                     ahead = min(larger, key=order) if larger else max(waiting_ahead, key=order)
