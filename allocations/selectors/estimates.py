@@ -98,9 +98,8 @@ def forecast(
 
     ``durations`` gives each job's requested duration by engine id (None: unknown);
     ``allocate`` is the engine's ``allocate(snapshot, now) -> Plan``. Pure: no database.
-    A job's estimate is its first start in the simulation (a later simulated preemption does not
-    move it): that is when the job ahead of the next one stops waiting, which keeps estimates in
-    the team's order.
+    A job's estimate is its first start in the simulation: a later simulated preemption (by a
+    job the forecast starts after it) does not make it unknown.
     """
     jobs = {job.id: job for job in snapshot.jobs}
     targets = {job.id for job in snapshot.jobs if not job.running}
@@ -114,7 +113,7 @@ def forecast(
     start_seq = max((job.start_seq for job in snapshot.jobs), default=0)
     t = now
     deadline = time.process_time() + budget_s
-    stopped = f"the forecast stopped after {max_steps} allocation cycles"
+    stopped = f"the forecast stopped after {max_steps} allocation cycle{'' if max_steps == 1 else 's'}"
     for _ in range(max_steps):
         if time.process_time() > deadline:
             # The rest stays unknown rather than keep a page waiting.

@@ -272,3 +272,17 @@ def test_one_gpu_is_said_in_the_singular():
     durations: dict[str, float | None] = {"r1": 600.0, "r2": 900.0, "big": 60.0, "one": 60.0}
     result = forecast(snap, 100.0, durations, allocate)
     assert result.ahead == {"one": "a smaller job (1 GPU) that fits sooner than #big ahead of it (8 GPUs)"}
+
+
+def test_unknown_says_the_forecast_stopped_after_its_cycles():
+    snap = snapshot(running("r1", "a", "n1", 0), running("r2", "b", "n2", 0), pending("p", "a", 8, 10))
+    durations: dict[str, float | None] = {"r1": 600.0, "r2": 900.0, "p": 60.0}
+    result = forecast(snap, 100.0, durations, allocate, max_steps=1)
+    assert result.unknown == {"p": "the forecast stopped after 1 allocation cycle"}
+
+
+def test_unknown_says_the_forecast_ran_out_of_time():
+    snap = snapshot(running("r1", "a", "n1", 0), running("r2", "b", "n2", 0), pending("p", "a", 8, 10))
+    durations: dict[str, float | None] = {"r1": 600.0, "r2": 900.0, "p": 60.0}
+    result = forecast(snap, 100.0, durations, allocate, budget_s=-1.0)
+    assert result.unknown == {"p": "the forecast ran out of its time budget before this job started"}
