@@ -56,6 +56,18 @@ TASK_RANKING_CHOICES = _choices(
 )
 QUEUEING_CHOICES = _choices(Queueing, {"best-effort-fifo": "Best-effort FIFO", "strict-fifo": "Strict FIFO"})
 PENDING_CODE_CHOICES = _choices(PendingCode)
+# The pending codes in plain words (POLICY.md section 5, docs/glossary.md "Why a job waits"),
+# shown beside the code and its message, which carries the numbers.
+PENDING_CODE_WORDS: dict[str, str] = {
+    PendingCode.TEAM_INACTIVE: "The team's allocation is disabled: none of its jobs start.",
+    PendingCode.EXCEEDS_MAX: "The job can never fit on this cluster.",
+    PendingCode.BLOCKED_BY_FIFO: "Under strict FIFO it waits behind its team's first job, which cannot start.",
+    PendingCode.BORROW_LIMIT: "Its team would go over its borrow limit.",
+    PendingCode.WAITING_FOR_QUOTA: "Its team's quota is full, or lent out and not reclaimable now.",
+    PendingCode.CAPACITY_LOST: "Nodes were lost: the ready GPUs cannot hold it beside the running jobs.",
+    PendingCode.NO_IDLE_CAPACITY: "Its team must borrow, and no idle GPUs are left to borrow.",
+    PendingCode.FRAGMENTED: "Enough GPUs are free, but no node has room for it.",
+}
 PREEMPTION_REASON_CHOICES = _choices(PreemptionReason)
 
 

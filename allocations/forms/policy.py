@@ -421,11 +421,73 @@ def check_day_order(form: forms.Form, since: Any, until: Any) -> None:
         form.add_error("until", f"To ({until}) must not be before From ({since}).")
 
 
+# The job list's sorts: the value of ``?sort=`` (a leading "-": descending) and its label.
+JOB_SORTS = {
+    "submitted": "Submitted",
+    "id": "Id",
+    "name": "Name",
+    "submitter": "Submitter",
+    "team": "Team",
+    "state": "State",
+    "priority": "Priority",
+    "gpus": "GPUs",
+    "instance_type": "Instance type",
+}
+JOB_SORT_CHOICES = [
+    (f"{sign}{key}", f"{label} {'(descending)' if sign else '(ascending)'}")
+    for key, label in JOB_SORTS.items()
+    for sign in ("-", "")
+]
+
+
+def _bad_choice(parameter: str, what: str) -> dict[str, str]:
+    """A refused choice names the URL parameter and the value given (not only the label)."""
+    return {"invalid_choice": f"{parameter}=%(value)s: {what}"}
+
+
 class JobFilterForm(forms.Form):
+    """The job list's search, filters and sort, read from the query string."""
+
+    q = forms.CharField(required=False, max_length=200, label="Search")
     team = forms.ModelChoiceField(
-        queryset=Team.objects.all(), to_field_name="name", required=False, empty_label="All teams"
+        queryset=Team.objects.all(),
+        to_field_name="name",
+        required=False,
+        empty_label="All teams",
+        error_messages=_bad_choice("team", "no such team."),
     )
-    state = forms.ChoiceField(choices=[("", "All states"), *JobState.choices], required=False)
+    submitter = forms.CharField(required=False, max_length=150, label="Submitter")
+    instance_type = forms.ModelChoiceField(
+        queryset=InstanceType.objects.all(),
+        to_field_name="name",
+        required=False,
+        empty_label="All instance types",
+        label="Instance type",
+        error_messages=_bad_choice("instance_type", "no such instance type."),
+    )
+    priority_class = forms.ModelChoiceField(
+        queryset=PriorityClass.objects.order_by("-weight"),
+        to_field_name="name",
+        required=False,
+        empty_label="All priority classes",
+        label="Priority class",
+        error_messages=_bad_choice("priority_class", "no such priority class."),
+    )
+    state = forms.ChoiceField(
+        choices=[("", "All states"), *JobState.choices],
+        required=False,
+        error_messages=_bad_choice("state", "no such state; use one of " + ", ".join(JobState.values) + "."),
+    )
+    sort = forms.ChoiceField(
+        choices=JOB_SORT_CHOICES,
+        required=False,
+        error_messages=_bad_choice(
+            "sort",
+            "not a column this list sorts by; use one of "
+            + ", ".join(JOB_SORTS)
+            + " (a leading - reverses).",
+        ),
+    )
 
 
 class AuditFilterForm(forms.Form):

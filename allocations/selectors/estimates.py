@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,7 +40,50 @@ BUDGET_S = 1.0
 CACHE_TTL_S = 300
 
 
-def forecast_starts(
+@dataclass(frozen=True)
+class Forecast:
+    """What the forward simulation says about each pending job, by engine id.
+
+    ``starts``: the estimated start (seconds), None where it cannot be known; ``unknown``: why,
+    for each None; ``ahead``: why a job starts before a job ahead of it in its team's order on
+    the same instance type (a smaller job that fits sooner, a job ahead in its back-off, ...).
+    Without that sentence an earlier start than the job ahead would read as a contradiction.
+    """
+
+    starts: dict[str, float | None]
+    unknown: dict[str, str] = field(default_factory=dict)
+    ahead: dict[str, str] = field(default_factory=dict)
+
+
+def _team_order_key(snapshot: engine.Snapshot) -> Any:
+    """POLICY.md section 3 step 1 as a sort key: priority (high first), submit time, id."""
+    weights = {pc.name: pc.weight for pc in snapshot.policy.priority_classes}
+    by_priority = snapshot.policy.task_ranking is not engine.TaskRanking.FIRST_COME_FIRST_SERVE
+
+    def key(job: engine.Job) -> tuple[int, float, int, str]:
+        weight = weights.get(job.priority_class or "", 0) if by_priority else 0
+        return (-weight, job.submit_time, job.seq, job.id)
+
+    return key
+
+
+def _why_before(job: engine.Job, ahead: engine.Job, t: float, plan: engine.Plan) -> str:
+    """Why ``job`` starts at ``t`` while ``ahead`` (before it in the team's order) still waits."""
+    if job.gpus < ahead.gpus:
+        return f"a smaller job ({_gpus(job.gpus)}) that fits sooner than #{ahead.id} ahead of it ({_gpus(ahead.gpus)})"
+    if ahead.preemptions and ahead.last_preempted_at is not None:
+        until = ahead.last_preempted_at + 2 ** (ahead.preemptions - 1)
+        if until > t:
+            return (
+                f"#{ahead.id} ahead of it was preempted {ahead.preemptions} times and may not "
+                "preempt other jobs yet (back-off)"
+            )
+    reason = plan.pending.get(ahead.id)
+    code = f" ({reason.code.value})" if reason is not None else ""
+    return f"it fits where #{ahead.id} ahead of it does not{code}"
+
+
+def forecast(
     snapshot: engine.Snapshot,
     now: float,
     durations: dict[str, float | None],
@@ -49,21 +92,33 @@ def forecast_starts(
     horizon_s: float = HORIZON_S,
     max_steps: int = MAX_STEPS,
     budget_s: float = BUDGET_S,
-) -> dict[str, float | None]:
-    """Start time (seconds) of each pending job of ``snapshot``; None where it cannot be known.
+) -> Forecast:
+    """The start time (seconds) of each pending job of ``snapshot``, and why where it is unknown
+    or earlier than a job ahead of it.
 
     ``durations`` gives each job's requested duration by engine id (None: unknown);
     ``allocate`` is the engine's ``allocate(snapshot, now) -> Plan``. Pure: no database.
+    A job's estimate is its first start in the simulation: a later simulated preemption (by a
+    job the forecast starts after it) does not make it unknown.
     """
     jobs = {job.id: job for job in snapshot.jobs}
     targets = {job.id for job in snapshot.jobs if not job.running}
     starts: dict[str, float | None] = dict.fromkeys(targets)
+    ahead_why: dict[str, str] = {}
+    order = _team_order_key(snapshot)
+    # Each team's queue on each instance type, in the team's order: where "the job ahead" is.
+    queues: dict[tuple[str, str], list[engine.Job]] = {}
+    for job in sorted((job for job in snapshot.jobs if job.id in targets), key=order):
+        queues.setdefault((job.team, job.instance_type), []).append(job)
     start_seq = max((job.start_seq for job in snapshot.jobs), default=0)
     t = now
     deadline = time.process_time() + budget_s
+    stopped = f"the forecast stopped after {max_steps} allocation cycle{'' if max_steps == 1 else 's'}"
     for _ in range(max_steps):
         if time.process_time() > deadline:
-            break  # the rest stays unknown rather than keep a page waiting
+            # The rest stays unknown rather than keep a page waiting.
+            stopped = "the forecast ran out of its time budget before this job started"
+            break
         current = replace(snapshot, jobs=tuple(jobs.values()))
         plan = allocate(current, t)
         # 1. Apply the cycle's decisions: preemptions first, then starts (Plan's contract).
@@ -72,23 +127,36 @@ def forecast_starts(
             jobs[victim.id] = replace(
                 victim, nodes=(), started_at=None, preemptions=victim.preemptions + 1, last_preempted_at=t
             )
-            if victim.id in starts:
-                starts[victim.id] = None
+        started = {start.job_id for start in plan.starts}
         for start in plan.starts:
             start_seq += 1
-            jobs[start.job_id] = replace(
-                jobs[start.job_id], nodes=start.nodes, started_at=t, start_seq=start_seq
-            )
-            if start.job_id in starts:
+            job = jobs[start.job_id]
+            jobs[start.job_id] = replace(job, nodes=start.nodes, started_at=t, start_seq=start_seq)
+            if start.job_id in starts and starts[start.job_id] is None:
                 starts[start.job_id] = t
+                # 2. A job that starts while one ahead of it (same team and instance type) still
+                # waits says why, so that its earlier estimate does not read as a mistake.
+                waiting_ahead = []
+                for other in queues[(job.team, job.instance_type)]:
+                    if other.id == job.id:
+                        break
+                    if starts[other.id] is None and other.id not in started:
+                        waiting_ahead.append(other)
+                if waiting_ahead:
+                    larger = [other for other in waiting_ahead if other.gpus > job.gpus]
+                    ahead = min(larger, key=order) if larger else max(waiting_ahead, key=order)
+                    ahead_why[job.id] = _why_before(job, ahead, t, plan)
         if all(starts[job_id] is not None for job_id in targets):
             break
         if plan.starts or plan.preemptions:
             continue  # decisions at one instant come to rest before the clock moves (POLICY 3.5)
-        # 2. Move the clock to the next moment something changes: a job ends, a back-off expires.
+        # 3. Move the clock to the next moment something changes: a job ends, a back-off expires.
         running = [job for job in jobs.values() if job.running]
-        if any(durations.get(job.id) is None for job in running):
-            break  # a job that may end at any moment: no later start can be known
+        endless = [job.id for job in running if durations.get(job.id) is None]
+        if endless:
+            # A job that may end at any moment: no later start can be known.
+            stopped = f"job #{min(endless, key=_id_key)} runs with no requested duration, so when it ends is unknown"
+            break
         ends = [
             (t if job.started_at is None else job.started_at) + float(durations[job.id] or 0)
             for job in running
@@ -104,23 +172,63 @@ def forecast_starts(
             for job_id in finished:
                 del jobs[job_id]
             continue
-        if not upcoming or min(upcoming) - now > horizon_s:
+        if not upcoming:
+            stopped = "no job that runs or waits frees room for it"
+            break
+        if min(upcoming) - now > horizon_s:
+            stopped = f"it would not start within {_days(horizon_s)}"
             break
         t = min(upcoming)
-        # 3. Jobs whose requested duration is over leave the cluster at the new time.
+        # 4. Jobs whose requested duration is over leave the cluster at the new time.
         for job, end in zip(running, ends, strict=True):
             if end <= t:
                 del jobs[job.id]
-    return starts
+    unknown = {job_id: stopped for job_id, start in starts.items() if start is None}
+    return Forecast(starts=starts, unknown=unknown, ahead=ahead_why)
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"
+
+
+def _id_key(job_id: str) -> tuple[int, str]:
+    return (int(job_id), job_id) if job_id.isdigit() else (0, job_id)
+
+
+def _days(seconds: float) -> str:
+    days = seconds / 86400
+    return f"{days:g} days" if days >= 1 else f"{seconds:g} s"
+
+
+def forecast_starts(
+    snapshot: engine.Snapshot,
+    now: float,
+    durations: dict[str, float | None],
+    allocate: Any,
+    **limits: Any,
+) -> dict[str, float | None]:
+    """Start time (seconds) of each pending job of ``snapshot``; None where it cannot be known
+    (``forecast`` without the reasons)."""
+    return forecast(snapshot, now, durations, allocate, **limits).starts
 
 
 def _fingerprint(snapshot: engine.Snapshot, durations: dict[str, float | None]) -> str:
     text = repr(snapshot) + repr(sorted(durations.items()))
-    return "gpugov:estimates:" + hashlib.sha256(text.encode()).hexdigest()
+    return "gpugov:estimates:v2:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def estimated_starts(snapshot: engine.Snapshot, now: datetime) -> dict[int, datetime | None]:
-    """Estimated start of every pending job by primary key (None: unknown), cached per state."""
+@dataclass(frozen=True)
+class Estimates:
+    """``Forecast`` by primary key and as datetimes: what the pages show."""
+
+    starts: dict[int, datetime | None]
+    unknown: dict[int, str]
+    ahead: dict[int, str]
+
+
+def job_estimates(snapshot: engine.Snapshot, now: datetime) -> Estimates:
+    """Estimated start of every pending job by primary key (None: unknown) with the reasons
+    (``Forecast``), cached per state."""
     from allocations.engine import allocate
     from allocations.selectors.snapshot import job_id, job_pk
 
@@ -138,13 +246,32 @@ def estimated_starts(snapshot: engine.Snapshot, now: datetime) -> dict[int, date
     except Exception:
         logger.warning("start estimates: the cache is unreachable; computing without it", exc_info=True)
         cached = None
-    if cached is None:
-        cached = forecast_starts(snapshot, now.timestamp(), durations, allocate)
+    if not isinstance(cached, Forecast):
+        try:
+            cached = forecast(snapshot, now.timestamp(), durations, allocate)
+        except ValueError as exc:
+            # A state the engine refuses (a job on a node that is gone) makes every estimate
+            # unknown, with the engine's words, rather than the page fail.
+            logger.warning("start estimates: the engine refused the state: %s", exc)
+            pending = [job.id for job in snapshot.jobs if not job.running]
+            cached = Forecast(
+                starts=dict.fromkeys(pending),
+                unknown=dict.fromkeys(pending, f"the cluster's state cannot be forecast ({exc})"),
+            )
         try:
             cache.set(key, cached, timeout=CACHE_TTL_S)
         except Exception:
             logger.warning("start estimates: the cache is unreachable; not kept", exc_info=True)
-    return {
-        job_pk(ident): (datetime.fromtimestamp(seconds, tz=UTC) if seconds is not None else None)
-        for ident, seconds in cached.items()
-    }
+    return Estimates(
+        starts={
+            job_pk(ident): (datetime.fromtimestamp(seconds, tz=UTC) if seconds is not None else None)
+            for ident, seconds in cached.starts.items()
+        },
+        unknown={job_pk(ident): text for ident, text in cached.unknown.items()},
+        ahead={job_pk(ident): text for ident, text in cached.ahead.items()},
+    )
+
+
+def estimated_starts(snapshot: engine.Snapshot, now: datetime) -> dict[int, datetime | None]:
+    """Estimated start of every pending job by primary key (None: unknown), cached per state."""
+    return job_estimates(snapshot, now).starts

@@ -18,6 +18,7 @@ from allocations.choices import JobState
 from allocations.engine import TaskRanking
 from allocations.engine.accounting import TeamUsage, account_snapshot
 from allocations.models import ClusterPolicy, Job, JobEvent, Team, TeamQuota
+from allocations.selectors.estimates import Estimates
 
 
 def task_ranking() -> TaskRanking:
@@ -50,6 +51,7 @@ class QueueRow:
     waiting_seconds: float | None  # pending: since submission; running: None
     estimated_start: datetime | None
     estimate_known: bool
+    estimate_note: str = ""  # why unknown, or why it starts before a job ahead of it
 
 
 @dataclass(frozen=True)
@@ -65,11 +67,16 @@ def team_queue(
     *,
     now: datetime,
     snapshot: engine.Snapshot,
-    estimates: dict[int, datetime | None] | None = None,
+    estimates: dict[int, datetime | None] | Estimates | None = None,
 ) -> TeamQueue:
     """The team's running and pending jobs in the team's order, with positions, and its quota,
     usage, borrowed and lent per instance type in ``snapshot`` (the state right now).
-    ``estimates`` maps job ids to an estimated start (None, or missing: unknown)."""
+    ``estimates`` maps job ids to an estimated start (None, or missing: unknown), or is the
+    ``Estimates`` with their reasons."""
+    notes: dict[int, str] = {}
+    if isinstance(estimates, Estimates):
+        notes = {**estimates.ahead, **estimates.unknown}
+        estimates = estimates.starts
     estimates = estimates or {}
     ranking = task_ranking()
     active = with_related(Job.objects.filter(team=team, state__in=(JobState.RUNNING, JobState.PENDING)))
@@ -87,6 +94,7 @@ def team_queue(
                     max(0.0, (now - job.submitted_at).total_seconds()),
                     estimates.get(job.pk),
                     known,
+                    notes.get(job.pk, "" if known else "it has not been forecast yet"),
                 )
             )
     accounting = account_snapshot(snapshot)
@@ -125,3 +133,37 @@ def my_teams(user: Any) -> list[dict[str, Any]]:
         }
         for team in teams
     ]
+
+
+def pending_positions(team_ids: set[int] | None = None) -> dict[int, int]:
+    """Each pending job's position in its team's queue (1: next), by primary key, for the teams
+    ``team_ids`` (None: every team). One query; the order is ``in_team_order``'s."""
+    pending = Job.objects.filter(state=JobState.PENDING)
+    if team_ids is not None:
+        pending = pending.filter(team_id__in=team_ids)
+    positions: dict[int, int] = {}
+    counts: dict[int, int] = {}
+    for pk, team_id in in_team_order(pending, task_ranking()).values_list("pk", "team_id"):
+        counts[team_id] = counts.get(team_id, 0) + 1
+        positions[pk] = counts[team_id]
+    return positions
+
+
+@dataclass(frozen=True)
+class QueuePlace:
+    """Where a pending job stands: its position in its team's queue, its estimated start
+    (None: unknown) and the sentence that goes with it (why unknown, or why before the job
+    ahead of it)."""
+
+    position: int | None
+    estimated_start: datetime | None
+    note: str
+
+
+def queue_place(job: Job, estimates: Estimates, positions: dict[int, int]) -> QueuePlace:
+    start = estimates.starts.get(job.pk)
+    if start is None:
+        note = estimates.unknown.get(job.pk, "it has not been forecast yet")
+    else:
+        note = estimates.ahead.get(job.pk, "")
+    return QueuePlace(positions.get(job.pk), start, note)

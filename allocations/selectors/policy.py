@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, F, Q, QuerySet, Sum
 from django.utils import timezone
 
 from allocations.choices import BorrowLimitKind, NodeState
@@ -180,14 +180,64 @@ def get_cluster() -> Cluster | None:
     return Cluster.objects.select_related("policy").filter(pk=1).first()
 
 
-def console_jobs(*, team: str = "", state: str = "") -> QuerySet[Job]:
-    """All jobs, newest first, optionally of one team (by name) and in one state."""
+# The job list's sorts (``forms.JOB_SORTS``) as columns; every sort ends on the id so that a
+# page boundary never splits ties differently from one request to the next.
+JOB_SORT_COLUMNS = {
+    "submitted": ("submitted_at",),
+    "id": (),
+    "name": ("name",),
+    "submitter": ("submitter__username",),
+    "team": ("team__name",),
+    "state": ("state",),
+    "priority": ("priority_class__weight",),
+    "gpus": ("gpus",),
+    "instance_type": ("instance_type__name",),
+}
+
+
+def console_jobs(
+    *,
+    query: str = "",
+    team: str = "",
+    submitter: str = "",
+    instance_type: str = "",
+    priority_class: str = "",
+    state: str = "",
+    sort: str = "-submitted",
+) -> QuerySet[Job]:
+    """All jobs, filtered and sorted for the console's job list.
+
+    ``query`` matches the job's name, its submitter's username or its team's name (a part of
+    any, any case) or its id; ``submitter`` a part of the submitter's username; the others
+    are exact names. ``sort`` is a key of ``JOB_SORT_COLUMNS``, "-" first for descending.
+    """
     jobs = Job.objects.select_related("team", "instance_type", "priority_class", "submitter")
+    if query:
+        match = (
+            Q(name__icontains=query)
+            | Q(submitter__username__icontains=query)
+            | Q(team__name__icontains=query)
+        )
+        if query.lstrip("#").isdigit():
+            match |= Q(pk=int(query.lstrip("#")))
+        jobs = jobs.filter(match)
     if team:
         jobs = jobs.filter(team__name=team)
+    if submitter:
+        jobs = jobs.filter(submitter__username__icontains=submitter)
+    if instance_type:
+        jobs = jobs.filter(instance_type__name=instance_type)
+    if priority_class:
+        jobs = jobs.filter(priority_class__name=priority_class)
     if state:
         jobs = jobs.filter(state=state)
-    return jobs.order_by("-submitted_at", "-id")
+    descending = sort.startswith("-")
+    columns = JOB_SORT_COLUMNS.get(sort.lstrip("-"), JOB_SORT_COLUMNS["submitted"])
+    order = [
+        F(column).desc(nulls_last=True) if descending else F(column).asc(nulls_first=True)
+        for column in columns
+    ]
+    return jobs.order_by(*order, "-id" if descending else "id")
 
 
 def audit_entries(

@@ -24,11 +24,15 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from allocations.access import cluster_admin_required, is_cluster_admin
-from allocations.choices import NodeState
+from allocations.choices import JobState, NodeState
 from allocations.forms import policy as forms
-from allocations.models import InstanceType, Membership, Node, PriorityClass, Team, TeamQuota
+from allocations.forms.policy import JOB_SORTS
+from allocations.models import InstanceType, Job, Membership, Node, PriorityClass, Team, TeamQuota
 from allocations.selectors import live as live_selectors
 from allocations.selectors import policy as selectors
+from allocations.selectors.estimates import job_estimates
+from allocations.selectors.jobs import QueuePlace, pending_positions, queue_place
+from allocations.selectors.snapshot import build_snapshot
 from allocations.services import memberships
 from allocations.services import policy as services
 from allocations.views.feedback import run_and_tell
@@ -515,19 +519,71 @@ def instance_type_edit(request: HttpRequest, pk: int) -> HttpResponse:
 # --- Jobs and audit -----------------------------------------------------------------------------------
 @cluster_admin_required
 def jobs(request: HttpRequest) -> HttpResponse:
-    """Every team's jobs, newest first, filtered by team and state, 50 a page."""
+    """Every team's jobs: searched, filtered, sorted (newest first unless told), 50 a page, with
+    each pending job's queue position and estimated start.
+
+    A bad parameter (a sort this list does not have, a team that does not exist) is named with
+    its value above the list, which is drawn with the parameters that were good (status 400).
+    """
     form = forms.JobFilterForm(request.GET or None)
-    team = state = ""
-    if form.is_valid():
-        team = form.cleaned_data["team"].name if form.cleaned_data["team"] else ""
-        state = form.cleaned_data["state"]
-    page = _page(request, selectors.console_jobs(team=team, state=state))
+    filters: dict[str, Any] = {}
+    if request.GET:
+        form.is_valid()
+        data = form.cleaned_data  # the fields that were valid
+        named = {name: data.get(name) for name in ("team", "instance_type", "priority_class")}
+        filters = {
+            "query": (data.get("q") or "").strip(),
+            "submitter": (data.get("submitter") or "").strip(),
+            "state": data.get("state") or "",
+            "sort": data.get("sort") or "-submitted",
+            **{name: value.name if value else "" for name, value in named.items()},
+        }
+    page = _page(request, selectors.console_jobs(**filters))
+    places = _queue_places([job for job in page if job.state == JobState.PENDING])
     try:
         reverse("allocations:job_detail", kwargs={"pk": 1})
         job_links = True
     except NoReverseMatch:
         job_links = False
-    return render(request, "console/jobs.html", {"form": form, "page": page, "job_links": job_links})
+    return render(
+        request,
+        "console/jobs.html",
+        {
+            "form": form,
+            "page": page,
+            "rows": [(job, places.get(job.pk)) for job in page],
+            "job_links": job_links,
+            "headers": _sort_headers(filters.get("sort", "-submitted")),
+            "now": timezone.now(),
+        },
+        status=400 if form.errors else 200,
+    )
+
+
+def _sort_headers(sort: str) -> dict[str, dict[str, str]]:
+    """For each sortable column: the ``sort`` its header links to (the other direction when it
+    is the column sorted by) and the arrow it shows."""
+    key, descending = sort.lstrip("-"), sort.startswith("-")
+    headers = {}
+    for column in JOB_SORTS:
+        if column == key:
+            headers[column] = {
+                "link": column if descending else f"-{column}",
+                "arrow": "▼" if descending else "▲",
+            }
+        else:
+            headers[column] = {"link": column, "arrow": ""}
+    return headers
+
+
+def _queue_places(pending: list[Job]) -> dict[int, QueuePlace]:
+    """Position and estimated start of each pending job shown (none: no query at all)."""
+    if not pending:
+        return {}
+    now = timezone.now()
+    estimates = job_estimates(build_snapshot(now), now)
+    positions = pending_positions({job.team_id for job in pending})
+    return {job.pk: queue_place(job, estimates, positions) for job in pending}
 
 
 @cluster_admin_required

@@ -20,13 +20,13 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from allocations import access
-from allocations.choices import Role
+from allocations.choices import PENDING_CODE_WORDS, JobState, Role
 from allocations.forms.jobs import JobSubmitForm, MembershipAddForm, MembershipRoleForm
 from allocations.forms.policy import apply_errors
 from allocations.models import Job, Membership, Team
 from allocations.selectors import jobs as job_selectors
 from allocations.selectors import live as live_selectors
-from allocations.selectors.estimates import estimated_starts
+from allocations.selectors.estimates import job_estimates
 from allocations.selectors.snapshot import build_snapshot
 from allocations.services import jobs as job_services
 from allocations.services import memberships
@@ -68,9 +68,7 @@ def _free_capacity(request: HttpRequest) -> dict[str, Any]:
 def _queue_context(request: HttpRequest, team: Team) -> dict[str, Any]:
     now = timezone.now()
     snapshot = build_snapshot(now)
-    queue = job_selectors.team_queue(
-        team, now=now, snapshot=snapshot, estimates=estimated_starts(snapshot, now)
-    )
+    queue = job_selectors.team_queue(team, now=now, snapshot=snapshot, estimates=job_estimates(snapshot, now))
     return {
         "team": team,
         "queue": queue,
@@ -124,8 +122,20 @@ def job_submit(request: HttpRequest, team: str) -> HttpResponse:
 
 
 def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
+    place = None
+    if job.state == JobState.PENDING:
+        # Its place in its team's queue and its forecast start, as the queue page shows them.
+        now = timezone.now()
+        place = job_selectors.queue_place(
+            job,
+            job_estimates(build_snapshot(now), now),
+            job_selectors.pending_positions({job.team_id}),
+        )
     return {
         "job": job,
+        "now": timezone.now(),
+        "place": place,
+        "reason_words": PENDING_CODE_WORDS.get(job.pending_reason_code, ""),
         "events": job_selectors.job_history(job),
         "can_manage": access.can_manage_job(request.user, job),
         "live_interval": LIVE_INTERVAL_MS,

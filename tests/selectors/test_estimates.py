@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
+from itertools import pairwise
 
 from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from allocations import engine
 from allocations.choices import JobState
 from allocations.engine import allocate
-from allocations.selectors.estimates import estimated_starts, forecast_starts
+from allocations.selectors.estimates import estimated_starts, forecast, forecast_starts
 from allocations.selectors.snapshot import build_snapshot
 from tests import factories as f
 
@@ -100,3 +104,185 @@ def test_estimated_starts_from_the_database(personas):
     estimates = estimated_starts(build_snapshot(now), now)
     expected = now - timedelta(seconds=600) + timedelta(seconds=3600)
     assert abs((estimates[waiting.pk] - expected).total_seconds()) < 0.01
+
+
+# --- Estimates agree with positions ----------------------------------------------------------------
+PRIORITY_CLASSES = (engine.PriorityClass("low", 0), engine.PriorityClass("high", 10))
+TYPES = ("p5", "g6")
+
+
+@st.composite
+def busy_cluster(draw: st.DrawFn) -> tuple[engine.Snapshot, dict[str, float | None]]:
+    """A random cluster at t=100: a few nodes of two types, three teams with random settings,
+    some running jobs and a queue of pending ones (some preempted recently, in their back-off)."""
+    nodes = [engine.Node(f"{it}-{i}", it, 8) for it in TYPES for i in range(draw(st.integers(1, 3)))]
+    teams = tuple(
+        engine.Team(
+            name,
+            quotas={it: engine.Quota(quota=draw(st.sampled_from([0, 4, 8, 16]))) for it in TYPES},
+            reclaim=draw(st.sampled_from(list(engine.Reclaim))),
+            sharing=draw(st.sampled_from(list(engine.Sharing))),
+        )
+        for name in "abc"
+    )
+    jobs: list[engine.Job] = []
+    durations: dict[str, float | None] = {}
+    free = {node.name: 8 for node in nodes}
+    for seq in range(1, draw(st.integers(0, 4)) + 1):
+        node = draw(st.sampled_from(nodes))
+        gpus = draw(st.sampled_from([1, 2, 4, 8]))
+        if free[node.name] < gpus:
+            continue
+        free[node.name] -= gpus
+        job_id = str(seq)
+        jobs.append(
+            engine.Job(
+                job_id,
+                draw(st.sampled_from("abc")),
+                node.instance_type,
+                gpus,
+                submit_time=0,
+                seq=seq,
+                priority_class=draw(st.sampled_from([None, "low", "high"])),
+                nodes=((node.name, gpus),),
+                started_at=draw(st.sampled_from([0.0, 50.0])),
+            )
+        )
+        durations[job_id] = draw(st.sampled_from([100.0, 300.0, 1000.0]))
+    for seq in range(10, 10 + draw(st.integers(1, 10))):
+        job_id = str(seq)
+        backoff = draw(st.sampled_from([{}, {}, {"preemptions": 3, "last_preempted_at": 99.0}]))
+        jobs.append(
+            engine.Job(
+                job_id,
+                draw(st.sampled_from("abc")),
+                draw(st.sampled_from(TYPES)),
+                draw(st.sampled_from([1, 2, 4, 8, 16])),
+                submit_time=float(draw(st.integers(0, 90))),
+                seq=seq,
+                priority_class=draw(st.sampled_from([None, "low", "high"])),
+                **backoff,
+            )
+        )
+        durations[job_id] = draw(st.sampled_from([60.0, 200.0, 500.0, None]))
+    policy = engine.ClusterPolicy(
+        priority_classes=PRIORITY_CLASSES,
+        queueing=draw(st.sampled_from(list(engine.Queueing))),
+        idle_allocation=draw(st.sampled_from(list(engine.IdleAllocation))),
+        task_ranking=draw(st.sampled_from(list(engine.TaskRanking))),
+    )
+    snap = engine.Snapshot(
+        instance_types=tuple(engine.InstanceType(it, 8) for it in TYPES),
+        nodes=tuple(nodes),
+        teams=teams,
+        policy=policy,
+        jobs=tuple(jobs),
+    )
+    return snap, durations
+
+
+def in_team_order(snap: engine.Snapshot, jobs: list[engine.Job]) -> list[engine.Job]:
+    """POLICY.md section 3 step 1, written again here from the policy (not from the code)."""
+    weights = {pc.name: pc.weight for pc in snap.policy.priority_classes}
+    fcfs = snap.policy.task_ranking is engine.TaskRanking.FIRST_COME_FIRST_SERVE
+    return sorted(
+        jobs, key=lambda j: (0 if fcfs else -weights.get(j.priority_class or "", 0), j.submit_time, j.seq)
+    )
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(busy_cluster())
+def test_no_estimate_is_earlier_than_the_job_ahead_without_saying_why(cluster):
+    snap, durations = cluster
+    result = forecast(snap, 100.0, durations, allocate)
+    pending_jobs = [job for job in snap.jobs if not job.running]
+    for team, it in {(job.team, job.instance_type) for job in pending_jobs}:
+        queue = in_team_order(snap, [j for j in pending_jobs if (j.team, j.instance_type) == (team, it)])
+        for ahead, job in pairwise(queue):
+            mine, theirs = result.starts[job.id], result.starts[ahead.id]
+            if mine is None or (theirs is not None and theirs <= mine):
+                continue
+            # Earlier than the job ahead (or that one unknown): the page must say why.
+            assert job.id in result.ahead, (ahead, job, result)
+            why = result.ahead[job.id]
+            if job.gpus < ahead.gpus and not ahead.preemptions:
+                assert "smaller job" in why, why
+    # "unknown" always says why.
+    assert set(result.unknown) == {job_id for job_id, start in result.starts.items() if start is None}
+    assert all(result.unknown.values())
+
+
+def test_a_smaller_job_that_fits_sooner_says_so():
+    # n1 has 4 GPUs free: the 4-GPU job behind the 8-GPU head starts now, the head at 600.
+    snap = snapshot(
+        engine.Job("r1", "a", "p5", 4, submit_time=0, nodes=(("n1", 4),), started_at=0),
+        running("r2", "b", "n2", 0),
+        pending("big", "a", 8, 10),
+        pending("small", "a", 4, 20),
+    )
+    durations: dict[str, float | None] = {"r1": 600.0, "r2": 900.0, "big": 60.0, "small": 60.0}
+    result = forecast(snap, 100.0, durations, allocate)
+    assert result.starts == {"small": 100.0, "big": 600.0}
+    assert result.ahead == {"small": "a smaller job (4 GPUs) that fits sooner than #big ahead of it (8 GPUs)"}
+
+
+def test_a_job_behind_one_in_its_back_off_says_so():
+    # b borrows n1; a's head was preempted 3 times just now and may not preempt until 103;
+    # the job behind it may, reclaims a's quota at once, and says why it goes first.
+    snap = snapshot(
+        running("r1", "b", "n1", 0),
+        running("r2", "b", "n2", 0),
+        engine.Job("head", "a", "p5", 8, submit_time=10, preemptions=3, last_preempted_at=99.0),
+        pending("next", "a", 8, 20),
+    )
+    durations: dict[str, float | None] = {"r1": 1000.0, "r2": 1000.0, "head": 60.0, "next": 60.0}
+    result = forecast(snap, 100.0, durations, allocate)
+    assert result.starts["next"] == 100.0
+    assert result.starts["head"] is not None and result.starts["head"] > 100.0
+    assert "back-off" in result.ahead["next"] and "#head" in result.ahead["next"]
+
+
+def test_unknown_says_which_job_has_no_duration():
+    snap = snapshot(running("r1", "a", "n1", 0), running("r2", "b", "n2", 0), pending("p", "a", 8, 10))
+    result = forecast(snap, 100.0, {"r1": None, "r2": 900.0, "p": 60.0}, allocate)
+    assert result.unknown == {"p": "job #r1 runs with no requested duration, so when it ends is unknown"}
+
+
+def test_unknown_says_the_start_lies_beyond_the_horizon():
+    snap = snapshot(running("r1", "a", "n1", 0), running("r2", "b", "n2", 0), pending("p", "a", 8, 10))
+    durations: dict[str, float | None] = {"r1": 10 * 86400.0, "r2": 10 * 86400.0, "p": 1.0}
+    result = forecast(snap, 100.0, durations, allocate, horizon_s=86400)
+    assert result.unknown == {"p": "it would not start within 1 days"}
+
+
+def test_unknown_says_nothing_frees_room_for_a_job_of_an_inactive_team():
+    snap = snapshot(pending("p", "a", 8, 10))
+    snap = replace(snap, teams=(replace(snap.teams[0], active=False), snap.teams[1]))
+    result = forecast(snap, 100.0, {"p": 60.0}, allocate)
+    assert result.unknown == {"p": "no job that runs or waits frees room for it"}
+
+
+def test_one_gpu_is_said_in_the_singular():
+    snap = snapshot(
+        engine.Job("r1", "a", "p5", 7, submit_time=0, nodes=(("n1", 7),), started_at=0),
+        running("r2", "b", "n2", 0),
+        pending("big", "a", 8, 10),
+        pending("one", "a", 1, 20),
+    )
+    durations: dict[str, float | None] = {"r1": 600.0, "r2": 900.0, "big": 60.0, "one": 60.0}
+    result = forecast(snap, 100.0, durations, allocate)
+    assert result.ahead == {"one": "a smaller job (1 GPU) that fits sooner than #big ahead of it (8 GPUs)"}
+
+
+def test_unknown_says_the_forecast_stopped_after_its_cycles():
+    snap = snapshot(running("r1", "a", "n1", 0), running("r2", "b", "n2", 0), pending("p", "a", 8, 10))
+    durations: dict[str, float | None] = {"r1": 600.0, "r2": 900.0, "p": 60.0}
+    result = forecast(snap, 100.0, durations, allocate, max_steps=1)
+    assert result.unknown == {"p": "the forecast stopped after 1 allocation cycle"}
+
+
+def test_unknown_says_the_forecast_ran_out_of_time():
+    snap = snapshot(running("r1", "a", "n1", 0), running("r2", "b", "n2", 0), pending("p", "a", 8, 10))
+    durations: dict[str, float | None] = {"r1": 600.0, "r2": 900.0, "p": 60.0}
+    result = forecast(snap, 100.0, durations, allocate, budget_s=-1.0)
+    assert result.unknown == {"p": "the forecast ran out of its time budget before this job started"}

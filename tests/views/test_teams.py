@@ -112,11 +112,14 @@ def test_the_queue_shows_the_engines_reason_with_its_numbers_and_an_estimate(per
 def test_the_estimate_is_unknown_when_a_running_job_has_no_duration(personas):
     it = personas.instance_type
     n1, n2 = (node.name for node in personas.nodes)
-    f.make_job(personas.team, it, 8, state=JobState.RUNNING, nodes=[[n1, 8]], started_at=timezone.now())
+    endless = f.make_job(
+        personas.team, it, 8, state=JobState.RUNNING, nodes=[[n1, 8]], started_at=timezone.now()
+    )
     f.make_job(personas.other_team, it, 8, state=JobState.RUNNING, nodes=[[n2, 8]], started_at=timezone.now())
     waiting = f.make_job(personas.team, it, 8)
     row = row_of(client_for(personas.member).get("/teams/team-a/").content.decode(), waiting)
-    assert '<td class="estimate">unknown</td>' in row
+    assert '<td class="estimate" data-estimate="">unknown' in row
+    assert f"Job #{endless.pk} runs with no requested duration, so when it ends is unknown." in row, row
 
 
 def test_the_queue_shows_quota_usage_borrowed_and_lent(personas):
