@@ -307,11 +307,6 @@ class CycleState:
         # as the preemptor's such a team (``preemption.find_victims_once``).
         self.free_epoch: dict[str, int] = {}
         self.rise_epoch: dict[str, int] = {}
-        # Set by a fair-share search that ended there: no other team's share as high.
-        self.share_bound = False
-        # Set by a search whose victims would include a job started in this cycle: its
-        # preemptor waits for the next cycle (``preemption.find_victims``).
-        self.deferred = False
         # Starts so far, which order the jobs started in the cycle (``start``); a session's
         # cycles go on counting.
         self.cycle_starts = 0
@@ -719,6 +714,11 @@ class CycleState:
                 self.reasons.clear()
             reason = self.reasons[key] = _reason_from(key)
         return reason
+
+
+def inactive_reason(team: TeamState) -> PendingReason:
+    """POLICY.md 5.1: a pending job of a team whose allocation is disabled."""
+    return PendingReason(PendingCode.TEAM_INACTIVE, f"{team.team.name}'s allocation is disabled")
 
 
 def _reason_from(key: tuple[object, ...]) -> PendingReason:
