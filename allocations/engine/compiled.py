@@ -32,6 +32,7 @@ STAMP = BUILD_ROOT / "stamp.json"
 MODULES = (
     "accounting",
     "cycle",
+    "memory",
     "placement",
     "preemption",
     "ranking",

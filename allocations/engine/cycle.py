@@ -40,14 +40,13 @@ from itertools import count
 from operator import itemgetter
 from typing import Any
 
+from .memory import Failure, FollowOn, Memory, quiet_plan
 from .placement import NodeShare
 from .preemption import (
+    Search,
     back_off_end,
-    find_victims_once,
     may_look,
     may_look_for_victims,
-    own_candidates,
-    team_limit_hopeless,
 )
 from .ranking import share_key
 from .snapshot import (
@@ -92,18 +91,6 @@ Key = tuple[Any, ...]
 # the shape's rank when consumed).
 LogEntry = tuple["_Shape", int, int, PendingReason, tuple[int, ...]]
 Ident = tuple[int, str, int, int, bool]  # team index, instance type, GPUs, priority, may look
-# How a shape's job failed, which says what may make its twins succeed (``_carried``): a search
-# that failed (any preemption there, or a share rising); a fair-share search that ended for
-# want of a team with a share as high (GPUs freed there, or a share rising); no search (only
-# GPUs freed there). The last two, when the job failed for want of pool, hold after GPUs are
-# freed as long as that pool has not grown (``_Shape.fail_pool``).
-# A job over its team's borrow limit whose search could not bring it under it with its own
-# team's candidates (or that may not search): only its team's usage and candidates there
-# decide it, in this cycle and the next ones of a session (``_TEAM_LIMIT``).
-# A search that found victims, one of them started in this cycle, so that the job waits for the
-# next cycle (``preemption.find_victims``): its twins wait too until a change on its instance
-# type, which may let them take other victims or none (``_DEFERRED``).
-_SEARCHED, _SHARE_BOUND, _NO_SEARCH, _TEAM_LIMIT, _DEFERRED = 0, 1, 2, 3, 4
 
 
 def allocate(snapshot: Snapshot, now: float) -> Plan:
@@ -138,18 +125,7 @@ class _Shape:
     __slots__ = (
         "at",
         "eligible",
-        "fail_borrowed",
-        "fail_cands",
-        "fail_epoch",
-        "fail_free",
-        "fail_kind",
-        "fail_pe",
-        "fail_pool",
-        "fail_reason",
-        "fail_rise",
-        "fail_usage",
-        "fail_version",
-        "fail_within",
+        "failure",
         "gpus",
         "ident",
         "ids",
@@ -158,7 +134,6 @@ class _Shape:
         "rank",
         "rank_borrowed",
         "rank_usage",
-        "reason_at",
         "team",
         "ts",
         "tt",
@@ -185,27 +160,7 @@ class _Shape:
         self.team = team
         self.tt = team.per_type[instance_type]
         self.ts = state.types[instance_type]
-        self.fail_epoch = -1
-        self.fail_reason: PendingReason | None = None
-        # When it failed: how (``_SEARCHED``, ``_SHARE_BOUND``, ``_NO_SEARCH``), its instance
-        # type's epochs and whether the job would have ended within its team's quota
-        # (``BatchedCycle._carried``).
-        self.fail_kind = _SEARCHED
-        self.fail_pe = -1
-        self.fail_free = -1
-        # The pool its team could still take when its job failed for want of it (fits()' pool
-        # test), else -1: a search that ended at the share bound, or no search, fails again
-        # while its team's usage stands and that pool does not grow, GPUs freed or not (a
-        # freed GPU lowers no share, and the share bound is all that search read).
-        self.fail_pool = -1
-        self.fail_rise = -1
-        self.fail_within = False
-        # Its team's borrowed GPUs and usage of the type: fair share reads the team's share.
-        self.fail_borrowed = 0
-        self.fail_usage = 0
-        self.fail_cands = -1  # its team's ``cand_version`` there (``_TEAM_LIMIT``)
-        self.fail_version = -1  # its type's ``version`` (``_DEFERRED``)
-        self.reason_at = -1  # the type's ``version`` when ``fail_reason`` was made
+        self.failure = Failure(team, self.tt, self.ts, gpus, eligible)
         # ``BatchedCycle._rank``, with the team's usage and borrowed GPUs it was made at.
         self.rank: tuple[int, ...] = ()
         self.rank_usage = -1
@@ -217,59 +172,6 @@ class _Shape:
         at = max(self.at, bisect_left(self.keys, key[1:], self.at))
         self.keys.insert(at, (key[1], key[2], key[3], item))
         self.ids.insert(at, key[3])
-
-
-class FollowOn:
-    """What a cycle that changed something leaves for the next cycle at the same instant
-    (``BatchedCycle.run``, ``Session``): that cycle starts from the very accounting this one
-    ended with, once its plan is applied and nothing else happened, so the memory of the
-    shapes' failures (``BatchedCycle._carried``) goes on from where this cycle left it.
-
-    The jobs it started were preemption candidates from their start, in the order the next
-    snapshot gives them (``CycleState.start``): the next cycle's searches see the candidates
-    this cycle's last ones saw, and a failure stands as it stood. What changes is only that
-    those jobs may be taken now; a search that would have taken one waited, and is not carried
-    into the next cycle (``_DEFERRED``). Not after a cycle that held capacity for a reclaiming team
-    (POLICY.md 3.3): a hold lasts until the end of its cycle, so the next one starts with more
-    pool than this one ended with."""
-
-    __slots__ = ("epoch", "first", "starts", "victims")
-
-    def __init__(self, cycle: BatchedCycle) -> None:
-        self.epoch = cycle.epoch
-        self.first = cycle.first_epoch
-        # The starts (id -> nodes) and the victims' ids, which the next snapshot must differ
-        # by and by nothing else.
-        self.starts: dict[str, NodeShare] = {s.job_id: s.nodes for s in cycle.starts}
-        self.victims: set[str] = {p.job_id for p in cycle.preemptions}
-
-    def matches(self, removed: tuple[Job, ...], added: tuple[Job, ...]) -> bool:
-        """Whether the jobs removed and added since are exactly this cycle's plan applied: each
-        started job pending -> running on its nodes, each victim running -> pending (a victim
-        started again in the cycle: running -> running on its new nodes)."""
-        starts, victims = self.starts, self.victims
-        moved = len(starts) + len(victims) - len(victims & starts.keys())
-        if len(removed) != moved or len(added) != moved:
-            return False
-        gone: set[str] = set()
-        for job in removed:
-            if job.nodes:
-                if job.id not in victims:
-                    return False
-            elif job.id not in starts or job.id in victims:
-                return False
-            gone.add(job.id)
-        if len(gone) != len(removed):
-            return False
-        came: set[str] = set()
-        for job in added:
-            if job.nodes:
-                if starts.get(job.id) != job.nodes:
-                    return False
-            elif job.id not in victims or job.id in starts:
-                return False
-            came.add(job.id)
-        return len(came) == len(added)
 
 
 class _Team:
@@ -529,10 +431,7 @@ class BatchedCycle:
         self.preemptions: list[Preemption] = []
         # (*key, team version): one flat tuple (``_Team.heap``).
         self.heads: list[Key] = []
-        self.epoch = queues.epoch_base  # bumped by every start, preemption and hold
-        self.first_epoch = self.epoch
-        self.carry = not self.strict
-        self.searched: dict[tuple[object, ...], tuple[bool, int]] = {}  # failed searches (find_victims_once)
+        self.memory = Memory(state, queues.epoch_base, not self.strict, follow)
         self.logged: list[_Team] = []  # teams with a non-empty log
         self.requeue: list[JobRecord] = []
         # What ``undo`` takes back: starts and preemptions in order (a preemption with the
@@ -545,15 +444,6 @@ class BatchedCycle:
         self.held_any = False  # a hold was taken (POLICY.md 3.3)
         # Set by ``run`` after a change, for the next cycle at this instant (``FollowOn``).
         self.follow_on: FollowOn | None = None
-        if follow is not None:
-            self._follow(follow)
-
-    def _follow(self, follow: FollowOn) -> None:
-        """Go on from the memory of the cycle before at this instant (``FollowOn``), from its
-        first epoch (the instance types' epochs go on counting), so that what failed there
-        since the last change that could help fails here without a test (``_carried``)."""
-        self.first_epoch = follow.first
-        assert self.epoch > follow.epoch  # no memory of that cycle matches ``epoch`` exactly
 
     # -- keys ------------------------------------------------------------------------------
     def _rank(self, team: TeamState, shape: _Shape) -> tuple[int, ...]:
@@ -584,85 +474,7 @@ class BatchedCycle:
             return shape.unfit
         if team.lone:
             return None
-        if shape.fail_epoch == self.epoch:
-            return shape.fail_reason
-        return self._carried(shape)
-
-    def _carried(self, shape: _Shape) -> PendingReason | None:
-        """A shape that failed earlier in the cycle fails again, whatever changed since, when
-        none of it could help: no start makes a job fit that did not (it only takes GPUs,
-        pool and room on nodes, and a holding team starting gives back to the pool no more
-        than it takes), nor does a hold (other teams' pool only shrinks), so a job that could
-        not look for victims fails again until a preemption frees GPUs there (``free_epoch``);
-        a search fails again while its instance type's ``preempt_epoch`` stands, or, if it
-        ended for want of a team with a share as high, while no GPUs were freed there and no
-        share rose (``rise_epoch``); under fair share also while its team's borrowed GPUs and
-        usage there stand (what the cycle's memory of failed searches rests on:
-        ``preemption.find_victims_once``). GPUs freed do not count against a job that failed
-        for want of pool while that pool has not grown (``_Shape.fail_pool``). A job over its
-        team's borrow limit even without its team's candidates fails again while its team's
-        usage and candidates there stand, also from an earlier cycle of a session
-        (``_TEAM_LIMIT``). Only the reason is made again, in the current state: its figures may
-        have moved. Not across a lone team's jobs, nor under strict FIFO, where a failure
-        blocks the team. A job that waited because its victims would include a job started in
-        the cycle (``_DEFERRED``) waits again only while nothing changed on its type."""
-        if not self.carry:
-            return None
-        tt, ts = shape.tt, shape.ts
-        state = self.state
-        kind = shape.fail_kind
-        if kind == _DEFERRED:
-            # Its search found victims, one of them started in this cycle. Any change there (a
-            # start, a preemption, a hold: the type's ``version``) may turn that into other
-            # victims or none: a start takes room, so the greedy search may go past the point
-            # where it fitted and give that job back. Elsewhere only shares move, and those of
-            # teams borrowing there move the ``preempt_epoch`` (the preemptor's own: below).
-            if (
-                shape.fail_epoch < self.first_epoch
-                or shape.fail_version != ts.version
-                or shape.fail_pe != state.preempt_epoch[ts.name]
-            ):
-                return None
-        elif kind == _TEAM_LIMIT:
-            # Also from an earlier cycle of a session: its team's limit cannot change without
-            # a new state, nor its usage and candidates there without these moving. But a
-            # failed search holds its team's quota (POLICY.md 3.3) once per cycle: not from an
-            # earlier cycle where this one would hold.
-            if shape.fail_epoch < 0 or tt.usage != shape.fail_usage or tt.cand_version != shape.fail_cands:
-                return None
-            if (
-                shape.fail_epoch < self.first_epoch
-                and shape.eligible
-                and shape.team.team.reclaim != Reclaim.ANY
-            ):
-                return None
-        elif shape.fail_epoch < self.first_epoch:
-            return None
-        elif kind == _SEARCHED:
-            if shape.fail_pe != state.preempt_epoch[ts.name]:
-                return None
-        elif kind == _SHARE_BOUND and shape.fail_rise != state.rise_epoch[ts.name]:
-            return None
-        elif shape.fail_free != state.free_epoch[ts.name] and (
-            shape.fail_pool < 0
-            or tt.usage != shape.fail_usage
-            or state.pool_available(tt, ts) > shape.fail_pool
-        ):
-            # GPUs were freed there, and the job did not fail for want of pool that is still
-            # wanting (its team's usage as it was, the pool it may take no larger).
-            return None
-        if kind != _TEAM_LIMIT:
-            if (tt.usage + shape.gpus <= tt.quota) != shape.fail_within:
-                return None
-            if self.fair_share and (
-                shape.team.borrowed != shape.fail_borrowed or tt.usage != shape.fail_usage
-            ):
-                return None
-        if shape.reason_at != ts.version:
-            shape.fail_reason = self.state.reason_for(shape.team, tt, ts, shape.gpus)
-            shape.reason_at = ts.version
-        shape.fail_epoch = self.epoch
-        return shape.fail_reason
+        return self.memory.recall(shape.failure)
 
     # -- the heap --------------------------------------------------------------------------
     def _offer(self, team: _Team) -> None:
@@ -683,13 +495,15 @@ class BatchedCycle:
             return
         nxt: _Shape | None = None
         failing: list[tuple[_Shape, PendingReason]] = []
-        epoch = -2 if team.lone else self.epoch  # no shape fails at epoch -2
+        memory = self.memory
+        epoch = -2 if team.lone else memory.epoch  # no shape fails at epoch -2
         # The team's shapes in the order of their next jobs: the failing ones up to the first
         # that is not (``_failing`` inlined: this is the cycle's hottest loop).
         while (shape := team.head()) is not None:
             reason = shape.unfit
             if reason is None and epoch >= 0:
-                reason = shape.fail_reason if shape.fail_epoch == epoch else self._carried(shape)
+                failure = shape.failure
+                reason = failure.reason if failure.epoch == epoch else memory.carried(failure)
             if reason is None:
                 nxt = shape
                 break
@@ -788,14 +602,18 @@ class BatchedCycle:
         return rec
 
     def _decide(self, team: _Team, shape: _Shape, rec: JobRecord) -> set[TeamState]:
-        """Start, preempt for, or leave pending one head (POLICY.md 3.2 to 3.4)."""
+        """POLICY.md 3.3: start, preempt for, or leave pending the winning head; returns the
+        teams whose rank changed."""
         state = self.state
+        memory = self.memory
+        # 3.3: the winner is admitted if it fits.
         if state.fits(rec):
             self._start(rec)
             return {rec.team}
+        # 3.3 and 4: if it may look for victims (not in its back-off, 3.5), preemption is tried.
+        search: Search | None = None
         if shape.eligible:
-            ident = shape.ident + rec.order_key if team.lone else shape.ident
-            search = find_victims_once(state, rec, ident, self.searched)
+            search = memory.search(rec, shape.ident + rec.order_key if team.lone else shape.ident)
             victims = search.victims
             if victims is not None:
                 changed = {rec.team}
@@ -804,42 +622,13 @@ class BatchedCycle:
                     changed.add(victim.team)
                 self._start(rec)
                 return changed
+            # 3.3: a head that finds no victim holds its team's unused lendable quota.
             if rec.team.team.reclaim != Reclaim.ANY and state.hold(rec.tt, rec.ts):
-                self.epoch += 1
+                memory.change()
                 self.held_any = True
-            if search.deferred:
-                shape.fail_kind = _DEFERRED
-            else:
-                shape.fail_kind = _SHARE_BOUND if search.share_bound else _SEARCHED
-        else:
-            shape.fail_kind = _NO_SEARCH
-        ts = rec.ts
-        if shape.reason_at != ts.version or shape.fail_reason is None:
-            shape.fail_reason = state.reason(rec)
-            shape.reason_at = ts.version
-        why = shape.fail_reason
-        if why.code == PendingCode.BORROW_LIMIT and (
-            not shape.eligible or team_limit_hopeless(rec, own_candidates(rec), within_quota=False)
-        ):
-            # Over its team's limit (POLICY.md 5.4) even with every own candidate gone, and
-            # other teams' victims do not lower its team's usage: nothing but that usage
-            # changes this (nor the reason's figures, all its team's own).
-            shape.fail_kind = _TEAM_LIMIT
-            shape.fail_cands = rec.tt.cand_version
-        shape.fail_epoch = self.epoch
-        name = ts.name
-        shape.fail_pe = state.preempt_epoch[name]
-        shape.fail_free = state.free_epoch[name]
-        tt = rec.tt
-        kept = tt.kept
-        above = max(0, tt.usage + rec.gpus - kept) - max(0, tt.usage - kept)
-        pool = state.pool_available(tt, ts)
-        shape.fail_pool = pool if above and above > pool else -1
-        shape.fail_rise = state.rise_epoch[name]
-        shape.fail_within = rec.tt.usage + rec.gpus <= rec.tt.quota
-        shape.fail_borrowed = rec.team.borrowed
-        shape.fail_usage = rec.tt.usage
-        shape.fail_version = ts.version
+        # 3.3 and section 5: it stays pending with a reason; under strict FIFO its team offers
+        # nothing more (3.4).
+        why = memory.remember(shape.failure, rec, search)
         self.pending[rec.job.id] = why
         if self.strict:
             team.blocked = rec.job.id
@@ -850,7 +639,7 @@ class BatchedCycle:
         self.changes.append((rec, None))
         self.starts.append(Start(rec.job.id, nodes))
         self.pending.pop(rec.job.id, None)
-        self.epoch += 1
+        self.memory.change()
 
     def _preempt(self, victim: JobRecord, reason: PreemptionReason, preemptor: JobRecord) -> None:
         """Record a victim (already taken off its nodes); it re-enters its queue after the
@@ -859,7 +648,7 @@ class BatchedCycle:
         self.changes.append((victim, (victim.nodes, victim.preemptions, victim.last_preempted_at)))
         self.state.preempted(victim)
         self.requeue.append(victim)
-        self.epoch += 1
+        self.memory.change()
 
     def _requeue(self, rec: JobRecord) -> None:
         team_state = rec.team
@@ -886,6 +675,7 @@ class BatchedCycle:
             self._offer(team)
         heads = self.heads
         teams = self.teams
+        memory = self.memory
         while heads:
             entry = heapq.heappop(heads)
             team = teams[entry[-2]]
@@ -899,9 +689,9 @@ class BatchedCycle:
                 self._advance(team, key)
                 continue
             rec = self._record(team, shape)
-            epoch = self.epoch
+            epoch = memory.epoch
             changed = self._decide(team, shape, rec)
-            if epoch == self.epoch:
+            if epoch == memory.epoch:
                 self._advance(team, key)
                 continue
             # A change: settle what was consumed, then re-rank the teams it touched.
@@ -915,11 +705,11 @@ class BatchedCycle:
                 self._offer(teams[index])
         self._settle_logs(None)
         self._finish()
-        rested = self.epoch == self.queues.epoch_base and not self.strict
-        self.queues.epoch_base = self.epoch if rested else self.epoch + 1
+        rested = memory.epoch == self.queues.epoch_base and not self.strict
+        self.queues.epoch_base = memory.epoch if rested else memory.epoch + 1
         self.rested = rested
         if not rested and not self.strict and not self.held_any:
-            self.follow_on = FollowOn(self)
+            self.follow_on = FollowOn(memory, self.starts, self.preemptions)
         return Plan(
             starts=tuple(self.starts),
             preemptions=tuple(self.preemptions),
@@ -939,7 +729,8 @@ class BatchedCycle:
         under strict FIFO."""
         added = self.queues.quiet_added
         assert added is not None and not self.strict
-        epoch = self.epoch
+        memory = self.memory
+        epoch = memory.epoch
         for item in added.values():
             if isinstance(item, PendingReason):
                 continue
@@ -947,32 +738,23 @@ class BatchedCycle:
             team = self.teams[shape.ident[0]]
             if team.lone:  # its jobs share no decision, nor any memory of one
                 return None
-            if shape.unfit is not None or shape.fail_epoch == epoch:
+            if shape.unfit is not None or shape.failure.epoch == epoch:
                 continue
             self._decide(team, shape, self._record(team, shape))
-            if self.epoch != epoch:
-                if shape.fail_epoch > epoch:  # a hold: that memory is of a state to be undone
-                    shape.fail_epoch = -1
+            if memory.epoch != epoch:
+                if shape.failure.epoch > epoch:  # a hold: that memory is of a state to be undone
+                    shape.failure.forget()
                 return None
-        # ``before`` less the jobs gone, with the new ones: its runs as they are, less every
-        # job gone since (a job that came back, moved out of its back-off, is one of the
-        # singles, which are read after ``gone``).
-        runs, singles, gone = before.parts()
-        pending = dict(singles)
-        gone_now = self.queues.quiet_gone
-        for job_id in gone_now:
-            pending.pop(job_id, None)
+        reasons: dict[str, PendingReason] = {}
         for job_id, item in added.items():
             if isinstance(item, PendingReason):
-                pending[job_id] = item
+                reasons[job_id] = item
             else:
-                reason = item.unfit or item.fail_reason
+                reason = item.unfit or item.failure.reason
                 assert reason is not None
-                pending[job_id] = reason
-        if gone_now:
-            gone = gone | gone_now
+                reasons[job_id] = reason
         self.rested = True
-        return Plan(pending=PendingReasons(runs, pending, gone))
+        return quiet_plan(before, reasons, self.queues.quiet_gone)
 
     def _finish(self) -> None:
         """Reasons for the jobs left behind a blocked head (strict FIFO)."""

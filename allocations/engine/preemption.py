@@ -126,9 +126,9 @@ class Search:
         self.deferred = deferred
 
 
-NOT_FOUND = Search(None)
-SHARE_BOUND = Search(None, share_bound=True)
-DEFERRED = Search(None, deferred=True)
+NONE_FOUND = Search(None)
+NONE_AT_SHARE_BOUND = Search(None, share_bound=True)
+NONE_YET = Search(None, deferred=True)
 
 
 def prefix(team: TeamState, tt: TeamType, bound: int) -> Part:
@@ -642,6 +642,8 @@ def _rule_a_room(state: CycleState, borrowed: int, team: TeamState, mine: ShareK
     return lo
 
 
+# Long: one greedy search (rules A then B over one heap of teams) after the bounds that rule it
+# out; the bounds and the search share their locals, and split up they would pass a dozen around.
 def _fair_share(state: CycleState, rec: JobRecord) -> Search:
     """POLICY.md 4, fair share (Kueue ``fairPreemptions`` with the strategies
     LessThanOrEqualToFinalShare (rule A) then LessThanInitialShare (rule B))."""
@@ -654,7 +656,7 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Search:
         # Its own team's limit, usage and candidates decide this, and the memory of failed
         # searches holds the team's borrowed GPUs and usage: nothing another team does
         # changes it, so it is remembered as long as a failure at the share bound.
-        return SHARE_BOUND
+        return NONE_AT_SHARE_BOUND
     if (
         not own
         and not within
@@ -663,7 +665,7 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Search:
     ):
         # Rules A and B both need a victim team with a share at least the preemptor's after
         # admission; no team borrowing here has one (a bound on the candidates' teams below).
-        return SHARE_BOUND
+        return NONE_AT_SHARE_BOUND
     own_gpus = sum(c.gpus for c in own)
     floor: ShareKey | None = None
     if not within and state.shortcuts:
@@ -674,19 +676,19 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Search:
         floor = share_key(own_team.borrowed + extra, own_team.unit, state.pool_total)
     found = borrowers(state, rec.ts, _reclaim_threshold(rec))
     if not own and floor is not None and not found.any_share_at_least(state, own_team, floor):
-        return SHARE_BOUND  # no team with a share that high: no victim anywhere
+        return NONE_AT_SHARE_BOUND  # no team with a share that high: no victim anywhere
     others = found.others(own_team, floor)
     if not own and not others:
-        return NOT_FOUND
+        return NONE_FOUND
     if not own and floor is not None and not any(_may_lose(state, entry.team, floor) for entry in others):
         # Every other team's share is the preemptor's (``floor``, its share once it runs, when
         # it takes nothing of its own) and falls below it with one GPU less: rule A takes none
         # of their jobs, and rule B needs a share above the preemptor's.
-        return NOT_FOUND
+        return NONE_FOUND
     if _cannot_free_enough(state, rec, own_gpus, _freeable(others, it)):
-        return NOT_FOUND
+        return NONE_FOUND
     if _placement_hopeless(state, rec, own, others):
-        return NOT_FOUND
+        return NONE_FOUND
     lists: dict[int, tuple[TeamState, list[JobRecord]]] = {
         entry.team.index: (entry.team, entry.cands) for entry in others
     }
@@ -763,7 +765,7 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Search:
                     fits = True
                     break
     if not fits:
-        return NOT_FOUND
+        return NONE_FOUND
     return Search(_commit(state, rec, taken, within_quota=False))
 
 
@@ -779,50 +781,11 @@ def find_victims(state: CycleState, rec: JobRecord) -> Search:
     job within its team's quota still starts in its cycle (6.4) unless section 4's order itself
     would take a job started in it."""
     if state.shortcuts and _no_candidates(rec):
-        return NOT_FOUND
+        return NONE_FOUND
     search = _fair_share(state, rec) if state.fair_share else Search(_first_come_first_serve(state, rec))
     victims = search.victims
     if victims is not None and any(victim.started_in_cycle for victim, _ in victims):
         for victim, _ in victims:
             state.restore(victim)
-        return DEFERRED
-    return search
-
-
-def find_victims_once(
-    state: CycleState,
-    rec: JobRecord,
-    shape: tuple[object, ...],
-    searched: dict[tuple[object, ...], tuple[bool, int]],
-) -> Search:
-    """``find_victims``, unless it already failed in this cycle for a job of the same ``shape``
-    as far within its quota, with nothing since that could help on its instance type (its
-    ``preempt_epoch``): such a search fails again. ``searched`` is the cycle's memory.
-
-    Under fair share the search also reads the preemptor's own team's share once the job runs,
-    and not in one direction only: a higher share lets rule A take fewer victims, so the greedy
-    search goes another way, which may find a set where the old way did not (seeds 109254,
-    229585 and 234475 of the comparison in ``tests/engine/test_shortcuts.py``). That share
-    moves with the team's borrowed GPUs and its usage of the type, so both are part of the
-    memory there.
-
-    A fair-share search that ended for want of another team with a share as high as the
-    preemptor's (and no candidate of its own) fails again until another team's share rises
-    where it borrows (``rise_epoch``): a preemption only lowers shares and takes candidates
-    away, and the preemptor's own share is in the memory.
-
-    A search that found victims but waits (``Search.deferred``) is not remembered: the next
-    change may let it take jobs that were running before the cycle, or none."""
-    tt = rec.tt
-    own = (rec.team.borrowed, tt.usage) if state.fair_share else None
-    key = (shape, tt.usage + rec.gpus <= tt.quota, own)
-    name = rec.ts.name
-    if state.shortcuts:
-        memo = searched.get(key)
-        if memo is not None and memo[1] == (state.rise_epoch if memo[0] else state.preempt_epoch)[name]:
-            return SHARE_BOUND if memo[0] else NOT_FOUND
-    search = find_victims(state, rec)
-    if search.victims is None and not search.deferred:
-        bound = search.share_bound
-        searched[key] = (bound, (state.rise_epoch if bound else state.preempt_epoch)[name])
+        return NONE_YET
     return search
