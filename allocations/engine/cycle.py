@@ -1,9 +1,23 @@
 """One allocation cycle (POLICY.md section 3): ``allocate(snapshot, now) -> Plan``.
 
-It takes exactly the decisions of POLICY.md section 3 taken one job at a time (teams offer
-their heads, the heads compete in one heap, the winner starts, preempts or waits), and gives the
-same plan as the plain reference cycle of the tests (``tests/engine/reference.py``), which they
-compare on random snapshots. What it skips is the work of jobs that cannot change anything.
+The cycle in POLICY.md's steps:
+
+1. Each team's pending jobs in queue order (3.1): ``Queues`` sorts them by shape (below), and
+   a team's queue is the merge of its shapes (``_Team.head``).
+2. Each team offers its head; the heads compete in one heap keyed by the head order (3.2:
+   ``_rank``, ``_offer``). A team's rank depends only on its own usage, so only the teams a
+   decision touched are re-ranked.
+3. The winner starts if it fits; otherwise section 4's search is tried; otherwise it waits
+   with its reason (section 5), may hold its team's unused lendable quota, and under strict
+   FIFO its team offers nothing more (3.3: ``_decide``, ``_finish``).
+4. Repeat from 2 until no team offers a head (3.4: ``run``).
+5. A job in its back-off looks for no victims (3.5): its shape is not ``eligible``
+   (``preemption.may_look_for_victims``).
+
+It takes exactly the decisions of those steps taken one job at a time, and gives the same plan
+as the plain reference cycle of the tests (``tests/engine/reference.py``), which they compare
+on random snapshots. What it skips is the work of jobs that cannot change anything; what it
+remembers to skip it, and for how long, is ``memory.py``'s.
 
 **Shapes.** A team's pending jobs are split by *shape*: instance type, GPUs, priority and whether
 the job may look for victims now (not in its back-off). Each shape's jobs are sorted by the queue
@@ -12,7 +26,8 @@ heads. No ``JobRecord`` is made for a job until it is really decided.
 
 **Failing shapes.** A job that waits leaves the state as it was (apart from a hold, which counts
 as a change), so while nothing changes, every later job of its team and shape would wait for the
-same reason: the decision is remembered per shape and *epoch*, the count of changes. Such jobs are *consumed* without a test.
+same reason: the decision is remembered per shape (``memory.Failure``) and *epoch*, the count
+of changes. Such jobs are *consumed* without a test.
 
 **The order of the pops.** The heads heap pops each team's jobs in its queue order; a job whose
 key is below that of the job popped before it (a smaller job that would not borrow, say) is
@@ -671,12 +686,16 @@ class BatchedCycle:
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> Plan:
+        """POLICY.md section 3, from its step 2 (step 1 is ``Queues``)."""
+        # 2. Each team offers its head.
         for team in self.teams:
             self._offer(team)
         heads = self.heads
         teams = self.teams
         memory = self.memory
+        # 4. Repeat until no team offers a head.
         while heads:
+            # 2. The best head wins.
             entry = heapq.heappop(heads)
             team = teams[entry[-2]]
             if entry[-1] != team.version:
@@ -686,15 +705,17 @@ class BatchedCycle:
             if shape is None:  # pragma: no cover - a team with no job is not in the heap
                 continue
             if self._failing(team, shape) is not None:
+                # 3. It would wait for a reason remembered: its team's waiting twins with it.
                 self._advance(team, key)
                 continue
+            # 3. It starts, preempts for, or waits.
             rec = self._record(team, shape)
             epoch = memory.epoch
             changed = self._decide(team, shape, rec)
             if epoch == memory.epoch:
                 self._advance(team, key)
                 continue
-            # A change: settle what was consumed, then re-rank the teams it touched.
+            # 2. A change: settle what was consumed, then re-rank the teams it touched.
             touched = {t.state.index for t in self._settle_logs(key)}
             for victim in self.requeue:
                 self._requeue(victim)
@@ -704,7 +725,9 @@ class BatchedCycle:
             for index in sorted(touched):
                 self._offer(teams[index])
         self._settle_logs(None)
+        # 3. Under strict FIFO the jobs behind a blocked head wait (section 5).
         self._finish()
+        # What a session's next cycle may go on from (``memory.FollowOn``).
         rested = memory.epoch == self.queues.epoch_base and not self.strict
         self.queues.epoch_base = memory.epoch if rested else memory.epoch + 1
         self.rested = rested
