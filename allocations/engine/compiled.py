@@ -31,8 +31,8 @@ STAMP = BUILD_ROOT / "stamp.json"
 # The modules mypyc compiles, as one group (calls between them go straight through C).
 MODULES = (
     "accounting",
-    "batched",
     "cycle",
+    "memory",
     "placement",
     "preemption",
     "ranking",

@@ -82,26 +82,53 @@ def _top(teams: Sequence[TeamState], indices: Iterable[int] | None, but: int) ->
     return best_share, best
 
 
-def in_back_off(rec: JobRecord, now: float) -> bool:
-    """POLICY.md 3.5: preempted n times, last at T: it preempts nobody before T + 2**(n-1)."""
-    if rec.preemptions <= 0 or rec.last_preempted_at is None:
-        return False
+def back_off_end(preemptions: int, last_preempted_at: float | None) -> float | None:
+    """POLICY.md 3.5: preempted n times, last at T: it preempts nobody before T + 2**(n-1).
+    None for a job never preempted."""
+    if preemptions <= 0 or last_preempted_at is None:
+        return None
     # Capped so that a job preempted a thousand times still gets a finite (huge) back-off.
-    return now < rec.last_preempted_at + 2.0 ** min(rec.preemptions - 1, 1000)
+    return last_preempted_at + 2.0 ** min(preemptions - 1, 1000)
+
+
+def in_back_off(rec: JobRecord, now: float) -> bool:
+    end = back_off_end(rec.preemptions, rec.last_preempted_at)
+    return end is not None and now < end
+
+
+def may_look(team: TeamState, tt: TeamType, gpus: int, fair_share: bool) -> bool:
+    """POLICY.md 4: a job may only preempt if its size fits within its team's quota, or it may
+    preempt while borrowing, or fair share is on and ``reclaim`` is not ``never``."""
+    if gpus <= tt.quota:
+        return True
+    if effective_preempt_while_borrowing(team.team) != PreemptWhileBorrowing.NEVER:
+        return True
+    return fair_share and team.team.reclaim != Reclaim.NEVER
 
 
 def may_look_for_victims(state: CycleState, rec: JobRecord) -> bool:
-    """POLICY.md 4: a job may only preempt if its size fits within its team's quota, or it may
-    preempt while borrowing, or fair share is on and ``reclaim`` is not ``never``; and not
-    during its back-off (3.5)."""
-    if in_back_off(rec, state.now):
-        return False
-    team = rec.team.team
-    if rec.gpus <= rec.tt.quota:
-        return True
-    if effective_preempt_while_borrowing(team) != PreemptWhileBorrowing.NEVER:
-        return True
-    return state.fair_share and team.reclaim != Reclaim.NEVER
+    """``may_look``, and not during its back-off (POLICY.md 3.5)."""
+    return not in_back_off(rec, state.now) and may_look(rec.team, rec.tt, rec.gpus, state.fair_share)
+
+
+class Search:
+    """What a search for victims found (``find_victims``): the victims, removed from the live
+    state, or None and why. ``share_bound``: a fair-share search that ended for want of another
+    team with a share as high as the preemptor's (or, over its team's limit, with its own
+    candidates unable to help). ``deferred``: victims were found, one of them started in this
+    cycle, so the preemptor waits for the next cycle (module docstring)."""
+
+    __slots__ = ("deferred", "share_bound", "victims")
+
+    def __init__(self, victims: Victims | None, share_bound: bool = False, deferred: bool = False) -> None:
+        self.victims = victims
+        self.share_bound = share_bound
+        self.deferred = deferred
+
+
+NONE_FOUND = Search(None)
+NONE_AT_SHARE_BOUND = Search(None, share_bound=True)
+NONE_YET = Search(None, deferred=True)
 
 
 def prefix(team: TeamState, tt: TeamType, bound: int) -> Part:
@@ -615,7 +642,9 @@ def _rule_a_room(state: CycleState, borrowed: int, team: TeamState, mine: ShareK
     return lo
 
 
-def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
+# Long: one greedy search (rules A then B over one heap of teams) after the bounds that rule it
+# out; the bounds and the search share their locals, and split up they would pass a dozen around.
+def _fair_share(state: CycleState, rec: JobRecord) -> Search:
     """POLICY.md 4, fair share (Kueue ``fairPreemptions`` with the strategies
     LessThanOrEqualToFinalShare (rule A) then LessThanInitialShare (rule B))."""
     tt = rec.tt
@@ -627,8 +656,7 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
         # Its own team's limit, usage and candidates decide this, and the memory of failed
         # searches holds the team's borrowed GPUs and usage: nothing another team does
         # changes it, so it is remembered as long as a failure at the share bound.
-        state.share_bound = True
-        return None
+        return NONE_AT_SHARE_BOUND
     if (
         not own
         and not within
@@ -637,8 +665,7 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
     ):
         # Rules A and B both need a victim team with a share at least the preemptor's after
         # admission; no team borrowing here has one (a bound on the candidates' teams below).
-        state.share_bound = True
-        return None
+        return NONE_AT_SHARE_BOUND
     own_gpus = sum(c.gpus for c in own)
     floor: ShareKey | None = None
     if not within and state.shortcuts:
@@ -649,20 +676,19 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
         floor = share_key(own_team.borrowed + extra, own_team.unit, state.pool_total)
     found = borrowers(state, rec.ts, _reclaim_threshold(rec))
     if not own and floor is not None and not found.any_share_at_least(state, own_team, floor):
-        state.share_bound = True
-        return None  # no team with a share that high: no victim anywhere
+        return NONE_AT_SHARE_BOUND  # no team with a share that high: no victim anywhere
     others = found.others(own_team, floor)
     if not own and not others:
-        return None
+        return NONE_FOUND
     if not own and floor is not None and not any(_may_lose(state, entry.team, floor) for entry in others):
         # Every other team's share is the preemptor's (``floor``, its share once it runs, when
         # it takes nothing of its own) and falls below it with one GPU less: rule A takes none
         # of their jobs, and rule B needs a share above the preemptor's.
-        return None
+        return NONE_FOUND
     if _cannot_free_enough(state, rec, own_gpus, _freeable(others, it)):
-        return None
+        return NONE_FOUND
     if _placement_hopeless(state, rec, own, others):
-        return None
+        return NONE_FOUND
     lists: dict[int, tuple[TeamState, list[JobRecord]]] = {
         entry.team.index: (entry.team, entry.cands) for entry in others
     }
@@ -739,70 +765,27 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Victims | None:
                     fits = True
                     break
     if not fits:
-        return None
-    return _commit(state, rec, taken, within_quota=False)
+        return NONE_FOUND
+    return Search(_commit(state, rec, taken, within_quota=False))
 
 
-def find_victims(state: CycleState, rec: JobRecord) -> Victims | None:
-    """The minimal set of victims that lets ``rec`` start, removed from the live state; or None
-    (state unchanged). The caller has checked ``may_look_for_victims``.
+def find_victims(state: CycleState, rec: JobRecord) -> Search:
+    """The minimal set of victims that lets ``rec`` start, removed from the live state; or no
+    victims (state unchanged) and why. The caller has checked ``may_look_for_victims``.
 
-    None also when that set includes a job started in this cycle: nobody is preempted and
-    ``state.deferred`` is set; the preemptor waits for the next cycle (module docstring), as a
+    No victims also when that set includes a job started in this cycle: nobody is preempted
+    (``Search.deferred``); the preemptor waits for the next cycle (module docstring), as a
     head that found no victim does, holding its team's quota if its ``reclaim`` is not ``any``
     (POLICY.md 3.3: it may take none now, and no other team should borrow that quota
     meanwhile). Only then: a set of jobs all running before the cycle is taken at once, so a
     job within its team's quota still starts in its cycle (6.4) unless section 4's order itself
     would take a job started in it."""
-    state.deferred = False
     if state.shortcuts and _no_candidates(rec):
-        return None
-    victims = _fair_share(state, rec) if state.fair_share else _first_come_first_serve(state, rec)
+        return NONE_FOUND
+    search = _fair_share(state, rec) if state.fair_share else Search(_first_come_first_serve(state, rec))
+    victims = search.victims
     if victims is not None and any(victim.started_in_cycle for victim, _ in victims):
         for victim, _ in victims:
             state.restore(victim)
-        state.deferred = True
-        return None
-    return victims
-
-
-def find_victims_once(
-    state: CycleState,
-    rec: JobRecord,
-    shape: tuple[object, ...],
-    searched: dict[tuple[object, ...], tuple[bool, int]],
-) -> Victims | None:
-    """``find_victims``, unless it already failed in this cycle for a job of the same ``shape``
-    as far within its quota, with nothing since that could help on its instance type (its
-    ``preempt_epoch``): such a search fails again. ``searched`` is the cycle's memory.
-
-    Under fair share the search also reads the preemptor's own team's share once the job runs,
-    and not in one direction only: a higher share lets rule A take fewer victims, so the greedy
-    search goes another way, which may find a set where the old way did not (seeds 109254,
-    229585 and 234475 of the comparison in ``tests/engine/test_shortcuts.py``). That share
-    moves with the team's borrowed GPUs and its usage of the type, so both are part of the
-    memory there.
-
-    A fair-share search that ended for want of another team with a share as high as the
-    preemptor's (and no candidate of its own) fails again until another team's share rises
-    where it borrows (``rise_epoch``): a preemption only lowers shares and takes candidates
-    away, and the preemptor's own share is in the memory.
-
-    A search that found victims but waits (``state.deferred``) is not remembered: the next
-    change may let it take jobs that were running before the cycle, or none."""
-    tt = rec.tt
-    own = (rec.team.borrowed, tt.usage) if state.fair_share else None
-    key = (shape, tt.usage + rec.gpus <= tt.quota, own)
-    name = rec.ts.name
-    if state.shortcuts:
-        memo = searched.get(key)
-        if memo is not None and memo[1] == (state.rise_epoch if memo[0] else state.preempt_epoch)[name]:
-            state.share_bound = memo[0]
-            state.deferred = False
-            return None
-    state.share_bound = False
-    victims = find_victims(state, rec)
-    if victims is None and not state.deferred:
-        bound = state.share_bound
-        searched[key] = (bound, (state.rise_epoch if bound else state.preempt_epoch)[name])
-    return victims
+        return NONE_YET
+    return search

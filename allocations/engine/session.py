@@ -2,14 +2,14 @@
 
 Consecutive snapshots of a replay share almost every object: the same instance types, nodes,
 teams and policy, and the same ``Job`` for every job that did not change. A ``Session`` keeps
-what a cycle starts from (``batched.Queues``: the accounting of the running jobs and each team's
+what a cycle starts from (``cycle.Queues``: the accounting of the running jobs and each team's
 pending jobs sorted by shape) and, at the next call, brings it up to date with the jobs that
 differ, by object identity: a few inserts and removals instead of a rebuild. Each cycle's own
 changes are taken back afterwards, since the next snapshot says what was applied. After a
 cycle that changed nothing, while only pending jobs come and go, the next cycle decides only
 the new jobs' shapes (``BatchedCycle.quiet``). After a cycle that changed something, when
 the next snapshot is that cycle's plan applied and nothing else, at the same instant, the next
-cycle goes on from its memory of failed decisions (``batched.FollowOn``).
+cycle goes on from its memory of failed decisions (``memory.FollowOn``).
 
 Every call returns exactly ``allocate(snapshot, now)`` (the tests compare them cycle by cycle).
 Whatever the session cannot follow (other teams, nodes or policy, time going back, a job it
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from .batched import BatchedCycle, FollowOn, Queues
-from .cycle import gc_paused
+from .cycle import BatchedCycle, Queues, gc_paused
+from .memory import FollowOn, restore_epochs, saved_epochs
 from .snapshot import Job, PendingReasons, Plan, Snapshot
 from .state import JobRecord
 
@@ -71,15 +71,12 @@ class Session:
         try:
             plan: Plan | None = None
             if quiet is not None and queues.quiet_added is not None:
-                state = queues.state
-                epochs = (state.preempt_epoch.copy(), state.free_epoch.copy(), state.rise_epoch.copy())
+                epochs = saved_epochs(queues.state)
                 cycle = BatchedCycle(queues, now)
                 plan = cycle.quiet(quiet)
                 cycle.undo()
                 if plan is None:
-                    # Taken back with the rest: the memories of the cycle at rest before
-                    # (at these epochs) hold again for the cycle that follows.
-                    state.preempt_epoch, state.free_epoch, state.rise_epoch = epochs
+                    restore_epochs(queues.state, epochs)
                     self.quiet_given_up += 1
                 else:
                     self.quiet_cycles += 1

@@ -44,7 +44,7 @@ Grouping = tuple[str, str, int, str | None, int]
 _submit_time, _seq = attrgetter("submit_time"), attrgetter("seq")
 # A pending job in its group: its queue order key but the priority, which is its group's
 # (POLICY.md 3.1: submit time, seq, id), and the job, made in the snapshot's order
-# (``CycleState._build``); a tuple of any length for the compiled build (``batched.Slot``).
+# (``CycleState._build``); a tuple of any length for the compiled build (``cycle.Slot``).
 GroupSlot = tuple[Any, ...]
 # What a pending reason's message is made of, the first item of its key (``reason_for``).
 _OVER_LIMIT: Final = 0
@@ -304,14 +304,9 @@ class CycleState:
         # frees GPUs (and pool) of the type, so the one thing that can make a job fit that did
         # not. ``rise_epoch``: a team's share rising where it borrows and has candidates, the
         # one thing that can give a search that ended for want of a team with a share as high
-        # as the preemptor's such a team (``preemption.find_victims_once``).
+        # as the preemptor's such a team (``memory.Memory.search``).
         self.free_epoch: dict[str, int] = {}
         self.rise_epoch: dict[str, int] = {}
-        # Set by a fair-share search that ended there: no other team's share as high.
-        self.share_bound = False
-        # Set by a search whose victims would include a job started in this cycle: its
-        # preemptor waits for the next cycle (``preemption.find_victims``).
-        self.deferred = False
         # Starts so far, which order the jobs started in the cycle (``start``); a session's
         # cycles go on counting.
         self.cycle_starts = 0
@@ -332,47 +327,8 @@ class CycleState:
 
     # -- building ----------------------------------------------------------------------
     def _build(self, snapshot: Snapshot) -> None:
-        types: dict[str, InstanceType] = {}
-        for i, it in enumerate(snapshot.instance_types):
-            if it.name in types:
-                raise ValueError(f"instance_types[{i}].name: duplicate instance type {it.name!r}")
-            if it.gpus_per_node <= 0:
-                raise ValueError(
-                    f"instance_types[{i}].gpus_per_node: must be above 0, got {it.gpus_per_node!r}"
-                )
-            types[it.name] = it
-        nodes_by_type: dict[str, list[Node]] = {name: [] for name in types}
-        node_type: dict[str, str] = {}
-        for i, node in enumerate(snapshot.nodes):
-            if node.instance_type not in types:
-                raise ValueError(f"nodes[{i}].instance_type: unknown instance type {node.instance_type!r}")
-            if node.name in node_type:
-                raise ValueError(f"nodes[{i}].name: duplicate node {node.name!r}")
-            if node.gpus < 0:
-                raise ValueError(f"nodes[{i}].gpus: must be 0 or more, got {node.gpus!r}")
-            node_type[node.name] = node.instance_type
-            nodes_by_type[node.instance_type].append(node)
-
-        for i, team in enumerate(snapshot.teams):
-            if team.name in self.teams:
-                raise ValueError(f"teams[{i}].name: duplicate team {team.name!r}")
-            for it_name in sorted(team.quotas):
-                if it_name not in types:
-                    raise ValueError(f"teams[{i}].quotas: unknown instance type {it_name!r}")
-            # A whole number (share_units takes their least common multiple).
-            if not isinstance(team.fair_share_weight, int) or not 0 <= team.fair_share_weight <= 100:
-                raise ValueError(
-                    f"teams[{i}].fair_share_weight: must be 0..100, got {team.fair_share_weight!r}"
-                )
-            ts_team = TeamState(team, i)
-            for it_name in types:
-                ts_team.per_type[it_name] = TeamType(team_limits(team, it_name))
-            self.teams[team.name] = ts_team
-            self.team_list.append(ts_team)
-        units = share_units(t.team.fair_share_weight for t in self.team_list)
-        for ts_team in self.team_list:
-            ts_team.unit = units[ts_team.team.fair_share_weight]
-
+        types, nodes_by_type, node_type = _check_types_and_nodes(snapshot)
+        self._build_teams(snapshot, types)
         weights = priority_weights(self.policy)
         self.weights = weights
         self.node_type = node_type
@@ -433,6 +389,27 @@ class CycleState:
         for team_state in self.team_list:
             for tt in team_state.per_type.values():
                 tt.candidates.sort(key=lambda r: r.victim_key)
+
+    def _build_teams(self, snapshot: Snapshot, types: dict[str, InstanceType]) -> None:
+        for i, team in enumerate(snapshot.teams):
+            if team.name in self.teams:
+                raise ValueError(f"teams[{i}].name: duplicate team {team.name!r}")
+            for it_name in sorted(team.quotas):
+                if it_name not in types:
+                    raise ValueError(f"teams[{i}].quotas: unknown instance type {it_name!r}")
+            # A whole number (share_units takes their least common multiple).
+            if not isinstance(team.fair_share_weight, int) or not 0 <= team.fair_share_weight <= 100:
+                raise ValueError(
+                    f"teams[{i}].fair_share_weight: must be 0..100, got {team.fair_share_weight!r}"
+                )
+            ts_team = TeamState(team, i)
+            for it_name in types:
+                ts_team.per_type[it_name] = TeamType(team_limits(team, it_name))
+            self.teams[team.name] = ts_team
+            self.team_list.append(ts_team)
+        units = share_units(t.team.fair_share_weight for t in self.team_list)
+        for ts_team in self.team_list:
+            ts_team.unit = units[ts_team.team.fair_share_weight]
 
     def _check_jobs(
         self,
@@ -652,7 +629,7 @@ class CycleState:
 
     def reset_epochs(self) -> None:
         """The epochs start at 0. A session's cycles share one state, and its epochs go on
-        counting from one cycle to the next (``batched.BatchedCycle``): a cycle's memory of a
+        counting from one cycle to the next (``cycle.BatchedCycle``): a cycle's memory of a
         failure then never matches a later cycle's epochs by chance."""
         self.preempt_epoch = dict.fromkeys(self.types, 0)
         self.free_epoch = dict.fromkeys(self.types, 0)
@@ -719,6 +696,36 @@ class CycleState:
                 self.reasons.clear()
             reason = self.reasons[key] = _reason_from(key)
         return reason
+
+
+def inactive_reason(team: TeamState) -> PendingReason:
+    """POLICY.md 5.1: a pending job of a team whose allocation is disabled."""
+    return PendingReason(PendingCode.TEAM_INACTIVE, f"{team.team.name}'s allocation is disabled")
+
+
+def _check_types_and_nodes(
+    snapshot: Snapshot,
+) -> tuple[dict[str, InstanceType], dict[str, list[Node]], dict[str, str]]:
+    """The snapshot's instance types by name, their nodes, and each node's type, checked."""
+    types: dict[str, InstanceType] = {}
+    for i, it in enumerate(snapshot.instance_types):
+        if it.name in types:
+            raise ValueError(f"instance_types[{i}].name: duplicate instance type {it.name!r}")
+        if it.gpus_per_node <= 0:
+            raise ValueError(f"instance_types[{i}].gpus_per_node: must be above 0, got {it.gpus_per_node!r}")
+        types[it.name] = it
+    nodes_by_type: dict[str, list[Node]] = {name: [] for name in types}
+    node_type: dict[str, str] = {}
+    for i, node in enumerate(snapshot.nodes):
+        if node.instance_type not in types:
+            raise ValueError(f"nodes[{i}].instance_type: unknown instance type {node.instance_type!r}")
+        if node.name in node_type:
+            raise ValueError(f"nodes[{i}].name: duplicate node {node.name!r}")
+        if node.gpus < 0:
+            raise ValueError(f"nodes[{i}].gpus: must be 0 or more, got {node.gpus!r}")
+        node_type[node.name] = node.instance_type
+        nodes_by_type[node.instance_type].append(node)
+    return types, nodes_by_type, node_type
 
 
 def _reason_from(key: tuple[object, ...]) -> PendingReason:

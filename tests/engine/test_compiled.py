@@ -32,11 +32,11 @@ def test_the_compiled_build_runs_wherever_it_is_up_to_date() -> None:
         return  # CI's pass on the sources asks for them
     _require_build()  # in CI, a build that failed fails here
     assert BUILD == "compiled"
-    import allocations.engine.batched as batched
+    import allocations.engine.cycle as cycle
 
-    assert batched.__file__ is not None
-    assert Path(batched.__file__).is_relative_to(compiled.BUILD_ROOT)
-    assert batched.__file__.endswith(".so")
+    assert cycle.__file__ is not None
+    assert Path(cycle.__file__).is_relative_to(compiled.BUILD_ROOT)
+    assert cycle.__file__.endswith(".so")
 
 
 def test_both_builds_give_the_same_plans() -> None:

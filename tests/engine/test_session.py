@@ -170,9 +170,9 @@ def test_cycles_that_go_on_from_the_one_before_on_replays_that_once_caught_them_
     seed: int, pitfall: str
 ) -> None:
     """After a cycle that changed something, the next cycle at the same instant goes on from
-    its memory of failures (``batched.FollowOn``), and a job over its team's borrow limit
+    its memory of failures (``memory.FollowOn``), and a job over its team's borrow limit
     keeps its failure from cycle to cycle while its team's usage and candidates there stand
-    (``batched._TEAM_LIMIT``). Each of these replays differed from ``allocate`` in a first
+    (``memory.TEAM_LIMIT``). Each of these replays differed from ``allocate`` in a first
     version of that. ``epochs``: the instance types' epochs started again at 0 in each cycle,
     so a memory made in a cycle that went on from another (at that cycle's epochs) matched the
     next cycle's epochs by chance. ``hold``: a failure kept from an earlier cycle skipped the

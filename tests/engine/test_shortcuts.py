@@ -1,14 +1,11 @@
 """The cycle's shortcuts change its speed, never its plan.
 
-``allocate`` runs the batched cycle (``engine/batched.py``: runs of waiting twins decided at
-once, rolled back when a later change shows they were decided too early); ``allocate_one_by_one``
-decides every pending job with its own heap pop. Both must give the same plan, reasons included.
-
-``allocate`` skips what cannot change (a twin of a job that could not start, a preemption search
-that failed with nothing relevant changed since, searches that bounds show hopeless) and does
-its searches as dry runs. ``allocate_plainly`` runs the same cycle without those shortcuts; on
-busy random clusters, where twins, failed searches and preemptions abound, both must give the
-same plan.
+``allocate`` (``engine/cycle.py``) decides runs of waiting twins at once, rolled back when a
+later change shows they were decided too early, and skips what cannot change (a twin of a job
+that could not start, a preemption search that failed with nothing relevant changed since,
+searches that bounds show hopeless). ``reference.allocate`` decides every pending job with its
+own heap pop and no shortcut. On busy random clusters, where twins, failed searches and
+preemptions abound, both must give the same plan, reasons included.
 """
 
 from __future__ import annotations
@@ -36,7 +33,8 @@ from allocations.engine import (
     Team,
     allocate,
 )
-from allocations.engine.cycle import allocate_one_by_one, allocate_plainly
+
+from . import reference
 
 CLASSES = (PriorityClass("low", 10), PriorityClass("mid", 20), PriorityClass("high", 30))
 
@@ -128,9 +126,7 @@ def test_shortcuts_and_batches_never_change_the_plan(
 ) -> None:
     policy = ClusterPolicy(idle, ranking, share_unallocated, queueing, CLASSES)
     snapshot = busy_cluster(random.Random(seed), policy)
-    plan = allocate(snapshot, 0.0)
-    assert plan == allocate_one_by_one(snapshot, 0.0)
-    assert plan == allocate_plainly(snapshot, 0.0)
+    assert allocate(snapshot, 0.0) == reference.allocate(snapshot, 0.0)
 
 
 def test_busy_clusters_exercise_preemption() -> None:
@@ -147,7 +143,7 @@ def test_busy_clusters_exercise_preemption() -> None:
 
 def fair_share_plan(seed: int, share_unallocated: bool) -> Plan:
     """The plan of a busy fair-share cluster (first-come-first-serve ranking), after checking
-    that the cycles one pop per job and without shortcuts give the same."""
+    that the reference cycle gives the same."""
     policy = ClusterPolicy(
         IdleAllocation.FAIR_SHARE,
         TaskRanking.FIRST_COME_FIRST_SERVE,
@@ -157,8 +153,7 @@ def fair_share_plan(seed: int, share_unallocated: bool) -> Plan:
     )
     snapshot = busy_cluster(random.Random(seed), policy)
     plan = allocate(snapshot, 0.0)
-    assert plan == allocate_plainly(snapshot, 0.0)
-    assert plan == allocate_one_by_one(snapshot, 0.0)
+    assert plan == reference.allocate(snapshot, 0.0)
     return plan
 
 
