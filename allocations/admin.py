@@ -243,7 +243,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         return token_services.token_state(token, timezone.now())
 
     def delete_model(self, request: HttpRequest, obj: ApiToken) -> None:
-        token_services.api_token_revoke(token=obj)
+        token_services.api_token_revoke(actor=request.user, token=obj)
 
     def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
-        token_services.api_tokens_revoke(tokens=queryset)
+        token_services.api_tokens_revoke(actor=request.user, tokens=queryset)

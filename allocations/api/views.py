@@ -642,7 +642,7 @@ class TokenView(APIView):
         return Response(ApiTokenSerializer(tokens, many=True, context={"request": request}).data)
 
     def delete(self, request: Request) -> Response:
-        api_tokens_revoke(tokens=ApiToken.objects.filter(user=request.user))
+        api_tokens_revoke(actor=request.user, tokens=ApiToken.objects.filter(user=request.user))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -659,5 +659,5 @@ class TokenDetailView(ApiView, APIView):
 
     def delete(self, request: Request, pk: int) -> Response:
         token = get_object_or_404(ApiToken.objects.filter(user=request.user), pk=pk)
-        api_token_revoke(token=token)
+        api_token_revoke(actor=request.user, token=token)
         return Response(status=status.HTTP_204_NO_CONTENT)

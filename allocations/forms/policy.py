@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
+from datetime import date, timedelta
 from typing import Any, ClassVar
 
 from django import forms
@@ -404,14 +405,31 @@ class MembershipRoleForm(PolicyForm):
 
 
 # --- Filters of the console's lists (GET forms) -------------------------------------------------
+# The days a filter accepts: one day inside Python's calendar at each end, since a range of
+# days is read as midnights from its first day to the day after its last, in some time zone.
+FIRST_DAY, LAST_DAY = date.min + timedelta(days=1), date.max - timedelta(days=1)
+
+
 def day_field(label: str, called: str = "") -> forms.DateField:
-    """An optional day from the browser's date picker; a value that is not a date is refused
-    with a message that names the field as ``called`` (default: its label)."""
+    """An optional day from the browser's date picker; a value that is not a date, or a day at
+    the very ends of the calendar (whose next day or midnight elsewhere no ``datetime`` holds),
+    is refused with a message that names the field as ``called`` (default: its label)."""
+    name = called or label
+
+    def within_the_calendar(day: date) -> None:
+        if not FIRST_DAY <= day <= LAST_DAY:
+            raise ValidationError(
+                f"{name} must be a day from {FIRST_DAY.isoformat()} to {LAST_DAY.isoformat()}; "
+                f"got {day.isoformat()}.",
+                code="out_of_range",
+            )
+
     return forms.DateField(
         required=False,
         label=label,
         widget=forms.DateInput(attrs={"type": "date"}),
-        error_messages={"invalid": f"{called or label} must be a date like 2026-01-31."},
+        validators=[within_the_calendar],
+        error_messages={"invalid": f"{name} must be a date like 2026-01-31."},
     )
 
 

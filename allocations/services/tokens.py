@@ -13,6 +13,9 @@ authentication call these).
   stored hash too, and revokes the tokens the same way.
 * One user holds at most ``GPUGOV_API_TOKEN_LIMIT`` live tokens: one more is refused (a 400
   naming the limit) rather than silently revoking an older one that some script still uses.
+* Every token made or revoked writes an audit entry (Console → Audit, object type "api
+  token"): who acted, whose token, its prefix and expiry, never its key. A password change
+  writes none here: its tokens stay until they are cleared, refused on every request.
 * Logging out of the console ends the browser session only: a token is made by a script with a
   username and password, not by a session, and is revoked on its own (``DELETE`` on the token
   endpoint, or by an administrator in the Django admin).
@@ -33,6 +36,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from allocations.models import ApiToken
+from allocations.services import audit
 
 # last_used_at is written at most this often per token.
 LAST_USED_RESOLUTION = timedelta(minutes=5)
@@ -87,22 +91,52 @@ def live_tokens(user: Any, now: datetime | None = None) -> QuerySet[ApiToken]:
     )
 
 
-def api_token_create(*, user: Any) -> tuple[ApiToken, str]:
+def _audit_values(token: ApiToken, now: datetime) -> dict[str, Any]:
+    """What the trail keeps of a token: whose, which (its prefix), until when, and its state.
+    Never the key, which is not stored anyway."""
+    return {
+        "user": token.user.get_username(),
+        "prefix": token.prefix,
+        "expires_at": token.expires_at,
+        "state": token_state(token, now),
+    }
+
+
+def _audit_label(token: ApiToken) -> str:
+    return f"token {token.prefix}… of {token.user.get_username()}"
+
+
+def _revoke(actor: Any, tokens: QuerySet[ApiToken], now: datetime) -> int:
+    """Delete ``tokens``, one audit entry each (read before the rows go)."""
+    rows = list(tokens.select_related("user"))
+    for token in rows:
+        audit.record_delete(
+            actor=actor, obj=token, values=_audit_values(token, now), object_repr=_audit_label(token)
+        )
+    ApiToken.objects.filter(pk__in=[token.pk for token in rows]).delete()
+    return len(rows)
+
+
+def api_token_create(*, user: Any, actor: Any = None) -> tuple[ApiToken, str]:
     """A new token for ``user``: the row (digest only) and the key, which is never stored.
+    ``actor`` is who asked (the user themselves when omitted: a token is made by exchanging
+    its owner's password).
 
     1. Lock the user's row, so that two requests at once cannot both pass the limit.
     2. Delete the user's tokens that are no longer accepted (expired, or from an old password):
-       they do not count towards the limit and could never be used again.
+       they do not count towards the limit and could never be used again. Each is audited.
     3. Refuse when the user already holds the most live tokens allowed.
+    4. Make the token and audit it.
     """
     limit = settings.GPUGOV_API_TOKEN_LIMIT
     now = timezone.now()
     with transaction.atomic():
         # 1.
         user = get_user_model().objects.select_for_update().get(pk=user.pk)
+        actor = user if actor is None else actor
         # 2.
         live = live_tokens(user, now)
-        ApiToken.objects.filter(user=user).exclude(pk__in=live.values("pk")).delete()
+        _revoke(actor, ApiToken.objects.filter(user=user).exclude(pk__in=live.values("pk")), now)
         # 3.
         held = live.count()
         if held >= limit:
@@ -124,18 +158,24 @@ def api_token_create(*, user: Any) -> tuple[ApiToken, str]:
             expires_at=now + token_lifetime(),
             password_digest=password_digest(user),
         )
+        # 4.
+        audit.record_create(
+            actor=actor, obj=token, values=_audit_values(token, now), object_repr=_audit_label(token)
+        )
     return token, key
 
 
-def api_token_revoke(*, token: ApiToken) -> None:
-    """Revoke one token: its row is deleted, so its key matches nothing any more."""
-    ApiToken.objects.filter(pk=token.pk).delete()
+def api_token_revoke(*, actor: Any, token: ApiToken) -> None:
+    """``actor`` revokes one token: its row is deleted, so its key matches nothing any more,
+    and the trail says who did it."""
+    api_tokens_revoke(actor=actor, tokens=ApiToken.objects.filter(pk=token.pk))
 
 
-def api_tokens_revoke(*, tokens: QuerySet[ApiToken]) -> int:
-    """Revoke every token of ``tokens`` (a user's, or an administrator's selection); how many."""
-    deleted, _ = tokens.delete()
-    return deleted
+def api_tokens_revoke(*, actor: Any, tokens: QuerySet[ApiToken]) -> int:
+    """``actor`` revokes every token of ``tokens`` (a user's, or an administrator's selection),
+    one audit entry each; how many."""
+    with transaction.atomic():
+        return _revoke(actor, tokens, timezone.now())
 
 
 def api_token_touch(*, token: ApiToken, now: datetime) -> None:

@@ -10,7 +10,8 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from allocations.models import ApiToken
+from allocations.choices import AuditAction
+from allocations.models import ApiToken, AuditEntry
 from tests import factories as f
 from tests.conftest import PASSWORD
 
@@ -235,3 +236,79 @@ def test_a_token_made_for_a_user_without_a_team_still_works(db):
     """The limit and lifetime apply to anyone; a token is not a team matter."""
     f.make_user("loner")
     assert with_key(new_key("loner")).get(TOKEN).status_code == 200
+
+
+# --- The audit trail: every token made or revoked, by whom, never its key ------------------------
+def token_entries() -> list[tuple[str, str, str, str, str]]:
+    """(actor, action, object, old value, new value) of the tokens' audit entries, oldest first."""
+    return [
+        (e.actor_name, e.action, e.object_repr, e.old_value, e.new_value)
+        for e in AuditEntry.objects.filter(object_type="api token").order_by("at", "id")
+    ]
+
+
+def test_making_a_token_is_audited_without_its_key(personas):
+    key = new_key()
+    token = token_of(key)
+    [(actor, action, label, old, new)] = token_entries()
+    assert (actor, action, label, old) == ("bob", AuditAction.CREATE, f"token {key[:8]}… of bob", "")
+    assert new == (
+        f"user: bob; prefix: {key[:8]}; expires_at: {token.expires_at.isoformat(timespec='seconds')}; "
+        "state: accepted"
+    )
+    assert not AuditEntry.objects.filter(new_value__contains=key).exists()
+    assert not AuditEntry.objects.filter(new_value__contains=token.key_hash).exists()
+
+
+def test_the_owner_revoking_a_token_is_audited(personas):
+    keep, revoke = new_key(), new_key()
+    with_key(keep).delete(f"{TOKEN}{token_of(revoke).pk}/")
+    deleted = [entry for entry in token_entries() if entry[1] == AuditAction.DELETE]
+    assert [entry[:3] for entry in deleted] == [("bob", AuditAction.DELETE, f"token {revoke[:8]}… of bob")]
+    assert deleted[0][3].startswith(f"user: bob; prefix: {revoke[:8]}; ")
+
+
+def test_revoking_all_ones_tokens_audits_each(personas):
+    keys = [new_key(), new_key()]
+    with_key(keys[0]).delete(TOKEN)
+    deleted = {entry[2] for entry in token_entries() if entry[1] == AuditAction.DELETE}
+    assert deleted == {f"token {key[:8]}… of bob" for key in keys}
+
+
+def test_an_administrator_revoking_tokens_is_audited_in_their_name(personas, admin_browser):
+    one, two, three = new_key(), new_key(), new_key("olga")
+    admin_browser.post(f"/django-admin/allocations/apitoken/{token_of(one).pk}/delete/", {"post": "yes"})
+    admin_browser.post(
+        "/django-admin/allocations/apitoken/",
+        {
+            "action": "delete_selected",
+            "_selected_action": [token_of(k).pk for k in (two, three)],
+            "post": "yes",
+        },
+    )
+    deleted = [(e[0], e[2]) for e in token_entries() if e[1] == AuditAction.DELETE]
+    assert sorted(deleted) == sorted(
+        [
+            ("root", f"token {one[:8]}… of bob"),
+            ("root", f"token {two[:8]}… of bob"),
+            ("root", f"token {three[:8]}… of olga"),
+        ]
+    )
+
+
+def test_clearing_tokens_no_longer_accepted_is_audited_with_their_state(personas):
+    expired, stale = token_of(new_key()), token_of(new_key())
+    expire(expired)
+    ApiToken.objects.filter(pk=stale.pk).update(password_digest="0" * 64)
+    new_key()
+    deleted = {e[2]: e[3] for e in token_entries() if e[1] == AuditAction.DELETE}
+    assert deleted[f"token {expired.prefix}… of bob"].endswith("state: expired")
+    assert deleted[f"token {stale.prefix}… of bob"].endswith("state: revoked: password changed")
+
+
+def test_token_entries_show_on_the_console_audit_page(personas):
+    key = new_key()
+    browser = Client()
+    browser.force_login(personas.cluster_admin)
+    page = browser.get("/console/audit/", {"object_type": "api token"}).content.decode()
+    assert f"token {key[:8]}… of bob" in page

@@ -11,7 +11,8 @@ The shapes:
   2**63) that the database cannot hold;
 * formset management forms whose TOTAL_FORMS / INITIAL_FORMS are not the served rows;
 * ISO weeks whose start or end no ``datetime`` holds (9999-W52, 0001-W01), in every report
-  URL, as every team role.
+  URL, as every team role; and the calendar's first and last days in each field of the
+  pages' filter (GET) forms.
 
 Nothing here is random: the cases are listed, so every run sends the same requests and their
 number is fixed (about 1,300; some 20 seconds on two cores). Each form post runs in a savepoint
@@ -36,7 +37,7 @@ from rest_framework.test import APIClient
 from allocations.bounded_json import MAX_DEPTH
 from tests import factories as f
 from tests.fuzz.conftest import FUZZ_COUNTS
-from tests.fuzz.test_forms import page_forms
+from tests.fuzz.test_forms import GET_PAGES, page_forms
 
 pytestmark = pytest.mark.slow
 
@@ -294,6 +295,28 @@ def test_the_form_cases_cover_the_management_form_and_json_fields():
     assert sum(what.startswith("document=") for what in cases) == 1 + len(JSON_TEXTS)
     assert sum(what.startswith("file: ") for what in cases) == len(JSON_TEXTS)
     assert sum(what.startswith("gpus=") for what in cases) == 2
+
+
+# --- The pages' filters (GET forms) ------------------------------------------------------------
+FILTER_VALUES = [LONG, BIG, "9999-12-31", "0001-01-01", "9999-W52"]
+
+
+@pytest.mark.parametrize(("persona", "page"), GET_PAGES, ids=[f"{p} {page}" for p, page in GET_PAGES])
+def test_hostile_values_in_each_filter_field_are_never_a_server_error(personas, persona, page):
+    client = Client()
+    client.force_login(getattr(personas, persona))
+    fields = sorted(
+        {name for form in page_forms(client.get(page).content.decode(), "get") for name in form["fields"]}
+    )
+    assert fields, f"no filter form on {page}"
+    for name in fields:
+        for value in FILTER_VALUES:
+            response = client.get(page, {name: value})
+            FUZZ_COUNTS["hostile filter requests"] += 1
+            FUZZ_COUNTS[f"{response.status_code // 100}xx"] += 1
+            assert response.status_code in (200, 400), (
+                f"GET {page}?{name}={value[:12]}: {response.status_code}"
+            )
 
 
 # --- Report URLs -----------------------------------------------------------------------------------

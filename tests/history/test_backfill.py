@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
@@ -173,3 +173,29 @@ def test_bad_options_are_refused_by_name(personas, args: list[str], message: str
 def test_an_empty_database_is_told_to_load_the_demo(db) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(CommandError, match="load_demo"):
         call_command("backfill_demo_history", stdout=StringIO())
+
+
+# Ends of the history; at the first, jobs preempted in its last hours are still open then.
+ENDS = ["2026-12-07T13:45:00", "2026-11-02T10:00:00", "2026-11-04T16:30:00"]
+
+
+@pytest.mark.parametrize("end", ENDS)
+def test_every_preemption_the_history_counts_has_its_jobs_event(personas, settings, end: str) -> None:
+    """The rollups count each preemption; the reports and dashboards read who lost what from
+    the jobs' events. A job preempted and still open at the history's end is written too,
+    cancelled at the end, so the two agree whatever the moment the history ends."""
+    from allocations.models import JobEvent
+    from allocations.services import history
+
+    settings.HISTORY_MINUTE_DAYS = 1
+    call_command("backfill_demo_history", "--days", "2", "--seed", "4", "--end", end, stdout=StringIO())
+    columns = list(history.PREEMPTION_FIELDS.values())
+    sums = TeamUsageRollup.objects.filter(period="hour").aggregate(*(Sum(c) for c in columns))
+    counted = sum(value or 0 for value in sums.values())
+    recorded = JobEvent.objects.filter(kind="preempted").count()
+    assert counted > 0 and recorded == counted
+    for job in Job.objects.filter(state="cancelled"):
+        assert job.preemption_count > 0
+        assert job.started_at <= job.finished_at <= datetime.fromisoformat(end).replace(tzinfo=UTC)
+        [last] = JobEvent.objects.filter(job=job).order_by("-at", "-id")[:1]
+        assert last.kind == "cancelled" and "history ends" in last.message

@@ -241,3 +241,24 @@ def test_the_usage_filter_cannot_tell_an_outsider_which_instance_types_exist(per
     assert real.status_code == made_up.status_code == 400
     assert real.json() == {"instance_type": ["No instance type is called 'ml.p5.48xlarge'."]}
     assert made_up.json() == {"instance_type": ["No instance type is called 'ml.p6.48xlarge'."]}
+
+
+def test_every_api_filter_that_names_a_row_offers_only_the_rows_the_user_sees():
+    """The same cause elsewhere: a filter by a related row (``?job=<id>``) validates the value
+    against its choices, and choices of every row would tell which ids exist. Each such filter
+    of the API, declared or made by django-filter from ``Meta.fields``, reads its choices per
+    request (a callable given the request), as ``job`` does."""
+    import django_filters
+
+    from allocations.api.urls import router
+
+    checked = []
+    for prefix, viewset, _ in router.registry:
+        filterset = getattr(viewset, "filterset_class", None)
+        if filterset is None:
+            continue
+        for name, field in filterset.base_filters.items():
+            if isinstance(field, django_filters.ModelChoiceFilter | django_filters.ModelMultipleChoiceFilter):
+                checked.append(f"{prefix}?{name}")
+                assert callable(field.queryset), f"/api/v1/{prefix}/?{name}= offers every row as a choice"
+    assert "job-events?job" in checked

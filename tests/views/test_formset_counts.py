@@ -7,13 +7,18 @@ the count and the value, and nothing is saved."""
 from __future__ import annotations
 
 import html
+import importlib
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db.models import Model
+from django.forms import formsets, models
 from django.test import Client
 from django.urls import reverse
 
+import allocations
 from allocations.models import AuditEntry, PolicyDraft, Team, TeamQuota
 from tests.conftest import PASSWORD
 
@@ -96,3 +101,37 @@ def test_a_forged_row_count_on_a_draft_team_leaves_the_draft_as_it_was(personas,
     assert PolicyDraft.objects.get(pk=draft.pk).body == draft.body
     team_b = next(t for t in draft.body["teams"] if t["name"] == "team-b")
     assert [q["quota"] for q in team_b["quotas"]] == [8]
+
+
+def _formset_modules() -> list[str]:
+    """The modules of the app whose source builds or defines a formset."""
+    root = Path(allocations.__file__).parent
+    names = []
+    for path in sorted(root.rglob("*.py")):
+        if {"engine", "migrations"} & set(path.relative_to(root).parts):
+            continue
+        if re.search(r"formset_factory\(|\bBase\w*FormSet\b", path.read_text(encoding="utf-8")):
+            names.append(".".join(("allocations", *path.relative_to(root).with_suffix("").parts)))
+    return names
+
+
+DJANGOS_BASES = (formsets.BaseFormSet, models.BaseModelFormSet, models.BaseInlineFormSet)
+
+
+def test_every_formset_of_the_app_takes_its_rows_from_the_page():
+    """The same cause elsewhere: any formset the app defines, now or later, is a
+    ServedRowsFormSet, so that no page trusts a posted row count."""
+    from allocations.forms.policy import ServedRowsFormSet
+
+    found = {}
+    for name in _formset_modules():
+        for attribute, value in vars(importlib.import_module(name)).items():
+            if (
+                isinstance(value, type)
+                and issubclass(value, formsets.BaseFormSet)
+                and value not in DJANGOS_BASES  # imported, not defined here
+            ):
+                found[f"{name}.{attribute}"] = value
+    assert "allocations.forms.policy.TeamQuotaFormSet" in found
+    trusting = sorted(name for name, cls in found.items() if not issubclass(cls, ServedRowsFormSet))
+    assert trusting == [], f"formsets that trust the posted counts: {trusting}"

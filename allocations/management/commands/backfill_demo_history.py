@@ -73,6 +73,8 @@ FLOAT_SUMS = ("lent_gpu_minutes", "idle_quota_gpu_minutes")
 PREEMPTOR_WINDOW_S = 15 * 60
 PREEMPTED_COLUMNS = tuple(history.PREEMPTION_FIELDS.values())
 REASON_COLUMNS = ["at", "team_id", "instance_type_id", "code", "jobs", "gpus", "minutes"]
+# The message of the event that cancels, at the history's end, a job it preempted.
+HISTORY_END = "The demo history ends here; its live part does not run this job."
 EVENT_COLUMNS = ["job_id", "kind", "at", "nodes", "reason", "preemptor_id", "message"]
 
 
@@ -577,17 +579,34 @@ class Workload:
 
     def write_jobs(self) -> int:
         """The demand's finished jobs (``_release``) and their events, in the order they were
-        submitted; jobs still running or waiting at the history's end are not written."""
+        submitted.
+
+        Of the jobs still running or waiting at the history's end, those preempted during it
+        are written too, cancelled at its end: the history counted their preemptions, so the
+        reports and dashboards, which read each preemption from its job's events, need their
+        rows to agree with it. The others are not written (a live demo has no such jobs in
+        its backend, and they are in no count of the history but its GPU-hours)."""
         tz = timezone.get_current_timezone()
 
         def moment(t: float) -> datetime:
             return datetime.fromtimestamp(t, tz=tz)
 
-        done = sorted(self.done, key=lambda pair: pair[1].submit)
+        def preempted(job: DemandJob) -> bool:
+            return any(e.kind == JobEventKind.PREEMPTED for e in job.events)
+
+        end = self.now.timestamp()  # every event of the history is at or before it
+        cut = [(key, job) for key, jobs in self.open.items() for job in jobs if preempted(job)]
+        done = sorted([*self.done, *cut], key=lambda pair: pair[1].submit)
+        cancelled = {id(job) for _, job in cut}
         jobs = []
         for i, ((team, name), job) in enumerate(done):
-            assert job.start is not None
             preemptions = [e.at for e in job.events if e.kind == JobEventKind.PREEMPTED]
+            if id(job) in cancelled:
+                last_start = max(e.at for e in job.events if e.kind == JobEventKind.STARTED)
+                state, started, ended = JobState.CANCELLED, last_start, end
+            else:
+                assert job.start is not None
+                state, started, ended = JobState.FINISHED, job.start, job.start + job.run_s
             jobs.append(
                 Job(
                     team_id=self.team_ids[team],
@@ -595,10 +614,10 @@ class Workload:
                     name=f"{JOB_PREFIX}{team}-{i}",
                     gpus=job.gpus,
                     priority_class_id=job.priority_id,
-                    state=JobState.FINISHED,
+                    state=state,
                     submitted_at=moment(job.submit),
-                    started_at=moment(job.start),
-                    finished_at=moment(job.start + job.run_s),
+                    started_at=moment(started),
+                    finished_at=moment(ended),
                     preemption_count=len(preemptions),
                     last_preempted_at=moment(preemptions[-1]) if preemptions else None,
                 )
@@ -608,14 +627,17 @@ class Workload:
         no_nodes = JobEvent._meta.get_field("nodes").get_db_prep_value([], connection)
         events: list[tuple[Any, ...]] = []
         for (_, job), row in zip(done, jobs, strict=True):
-            assert job.start is not None
-            history_of_job = [
-                DemandEvent(job.submit, JobEventKind.SUBMITTED),
-                *job.events,
-                DemandEvent(job.start + job.run_s, JobEventKind.FINISHED),
-            ]
+            if id(job) in cancelled:
+                last = DemandEvent(end, JobEventKind.CANCELLED)
+            else:
+                assert job.start is not None
+                last = DemandEvent(job.start + job.run_s, JobEventKind.FINISHED)
+            history_of_job = [DemandEvent(job.submit, JobEventKind.SUBMITTED), *job.events, last]
             for event in history_of_job:
                 by = pk.get(id(event.preemptor)) if event.preemptor is not None else None
-                events.append((row.pk, event.kind, db_time(moment(event.at)), no_nodes, event.reason, by, ""))
+                message = HISTORY_END if event.kind == JobEventKind.CANCELLED else ""
+                events.append(
+                    (row.pk, event.kind, db_time(moment(event.at)), no_nodes, event.reason, by, message)
+                )
         insert_rows(JobEvent, EVENT_COLUMNS, events)
         return len(jobs)
