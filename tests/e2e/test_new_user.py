@@ -84,3 +84,33 @@ def test_job_page_labels_sit_beside_their_values_and_buttons_look_alike(live_ser
     plain = look("#cancel-job")
     assert plain[2] == product[2] == "6px"
     assert plain[0] != "rgb(239, 239, 239)"  # Chromium's own button face
+
+
+def test_the_documentation_is_one_click_away_from_every_page(live_server, page, personas):
+    login(page, live_server, personas.cluster_admin)
+    page.click("#footer-docs")
+    page.wait_for_url(re.compile(r"/docs/$"))
+    page.click("#doc-list >> text=Glossary: the words of the governance policy")
+    page.wait_for_url(re.compile(r"/docs/glossary/$"))
+    assert page.locator("#doc h1").inner_text() == "Glossary: the words of the governance policy"
+    assert page.locator("#doc h2#preemption").is_visible()
+
+    # The policy form's options point at the same page.
+    page.goto(f"{live_server.url}/console/policy/")
+    page.click("#policy-glossary")
+    page.wait_for_url(re.compile(r"/docs/glossary/$"))
+
+
+def test_the_team_form_shows_only_the_borrow_cap_in_force(live_server, page, personas):
+    login(page, live_server, personas.cluster_admin)
+    page.goto(f"{live_server.url}/console/teams/team-a/")
+    row = page.locator('tr[data-instance-type="ml.p5.48xlarge"]')
+    percent = row.locator('input[name$="-borrow_limit_percent"]')
+    gpus = row.locator('input[name$="-borrow_limit"]')
+    kind = row.locator('select[name$="-borrow_limit_kind"]')
+    assert kind.input_value() == "percent"
+    assert percent.is_visible() and not gpus.is_visible()
+    kind.select_option("absolute")
+    assert gpus.is_visible() and not percent.is_visible()
+    kind.select_option("unlimited")
+    assert not gpus.is_visible() and not percent.is_visible()
