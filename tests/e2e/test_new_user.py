@@ -114,3 +114,13 @@ def test_the_team_form_shows_only_the_borrow_cap_in_force(live_server, page, per
     assert gpus.is_visible() and not percent.is_visible()
     kind.select_option("unlimited")
     assert not gpus.is_visible() and not percent.is_visible()
+
+
+def test_the_import_pages_help_sits_under_its_textarea(live_server, page, personas):
+    login(page, live_server, personas.cluster_admin)
+    page.goto(f"{live_server.url}/console/import/")
+    textarea = page.locator("#id_document").bounding_box()
+    help_text = page.locator("#import-form .help", has_text="A bundle exported by gpugov").bounding_box()
+    assert textarea and help_text
+    assert help_text["y"] >= textarea["y"] + textarea["height"]  # below it, not beside its bottom edge
+    assert abs(help_text["x"] - textarea["x"]) < 2  # aligned with it on the left
