@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from allocations.models import AuditEntry, PolicyDraft, TeamQuota, WhatIfRun, WhatIfRunState
 from allocations.whatif import services
@@ -204,6 +205,9 @@ def test_cluster_policy_and_priority_classes_are_edited_in_the_draft(admin, draf
     page = admin.get(url).content.decode()
     for text in ("idle_allocation", "first-come-first-serve", "batch", "experimentation"):
         assert text in page
+    # The cluster policy is named once in the diff's Object column, not "cluster policy cluster policy".
+    assert "<td>cluster policy</td><td>idle_allocation</td>" in page
+    assert "cluster policy cluster policy" not in page
     # A class removed from the draft but still live may come back.
     back = admin.post(
         url, {"form": "new-class", "new-class-name": "experimentation", "new-class-weight": "20"}
@@ -307,3 +311,27 @@ def test_a_run_is_started_polled_and_exported(personas, admin, draft, week):
         ).status_code
         == 404
     )
+
+
+def test_the_run_page_says_which_teams_were_created_after_the_windows_start(personas, admin, draft):
+    from datetime import timedelta
+
+    from allocations.models import Team
+
+    start = timezone.now() - timedelta(days=7)
+    Team.objects.filter(name="team-a").update(created_at=start - timedelta(days=30))
+    Team.objects.filter(name="team-b").update(created_at=start + timedelta(days=2))
+    run = WhatIfRun.objects.create(
+        window_start=start,
+        window_end=start + timedelta(days=7),
+        policies=[{"key": "live", "name": "live policy", "body": draft.body}],
+    )
+    page = admin.get(reverse("allocations:whatif_run", kwargs={"pk": run.pk})).content.decode()
+    notice = page.split('id="late-teams">')[1].split("</p>")[0]
+    assert "Team <strong>team-b</strong> was created on" in notice
+    assert "team-a" not in notice
+    assert "as if it had existed all along" in notice
+
+    Team.objects.filter(name="team-b").update(created_at=start - timedelta(days=1))
+    page = admin.get(reverse("allocations:whatif_run", kwargs={"pk": run.pk})).content.decode()
+    assert 'id="late-teams"' not in page
