@@ -278,7 +278,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
                     (name, _rows(CLASS_FIGURES, [p["priority_classes"].get(name, {}) for p in policies]))
                     for name in sorted({c for p in policies for c in p["priority_classes"]})
                 ],
-                "comparisons": [(p, comparisons.get(p["key"], [])) for p in drafts],
+                "comparisons": [(p, _linked(comparisons.get(p["key"], []))) for p in drafts],
                 "charts": [
                     (chart, reverse("allocations:whatif_run_csv", kwargs={"pk": run.pk, "chart": chart.key}))
                     for chart in chart_list
@@ -288,6 +288,16 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
             }
         )
     return render(request, "whatif/run.html", context)
+
+
+def _linked(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The compared jobs, each with the URL of its job page (a replayed job's id is its pk)."""
+    return [
+        {**job, "url": reverse("allocations:job_detail", kwargs={"pk": int(job["id"])})}
+        if str(job["id"]).isdigit()
+        else job
+        for job in jobs
+    ]
 
 
 def _late_teams(run: WhatIfRun) -> list[Team]:

@@ -3,6 +3,7 @@ applying through the policy services (audited), runs started, polled, exported."
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -335,3 +336,20 @@ def test_the_run_page_says_which_teams_were_created_after_the_windows_start(pers
     Team.objects.filter(name="team-b").update(created_at=start - timedelta(days=1))
     page = admin.get(reverse("allocations:whatif_run", kwargs={"pk": run.pk})).content.decode()
     assert 'id="late-teams"' not in page
+
+
+def test_the_jobs_whose_wait_changed_link_to_their_pages_with_waits_in_words(personas, admin, week, draft):
+    # ``week`` before ``draft``: the draft copies the week's policy, where team-b lends nothing.
+    team_url = reverse("allocations:whatif_draft_team", kwargs={"pk": draft.pk, "name": "team-b"})
+    assert admin.post(team_url, quota_post()).status_code == 302  # team-b lends its whole quota
+    admin.post(reverse("allocations:whatif_run_start"), {"run-drafts": [draft.pk], "run-range": "7"})
+    run = WhatIfRun.objects.get()
+    execute(run.pk)
+    page = admin.get(reverse("allocations:whatif_run", kwargs={"pk": run.pk})).content.decode()
+    rows = page.split('class="changed-job"')[1:]
+    assert rows, "no job's wait changed"
+    for row in rows:
+        pk, shown = re.search(r'<a href="/jobs/(\d+)/" class="job-link">#(\d+)</a>', row).groups()
+        assert pk == shown
+        waits = re.findall(r'<td class="num">([^<]*)</td>', row)[1:3]
+        assert all(re.fullmatch(r"\d+ (h|min|s)( \d+ (min|s))?", w) for w in waits), waits
