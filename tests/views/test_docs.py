@@ -83,3 +83,13 @@ def test_the_policy_page_and_the_team_form_link_the_glossary(personas):
     assert "Strict FIFO: it blocks the jobs behind it" in policy
     team = admin.get("/console/teams/team-a/").content.decode()
     assert 'class="glossary-link"' in team and "POLICY.md" not in team
+
+
+def test_every_document_renders(personas):
+    from allocations.documentation import documents
+
+    client = client_for(personas.member)
+    for document in documents():
+        response = client.get(f"/docs/{document.name}/")
+        assert response.status_code == 200, document.name
+        assert "<h1 id=" in response.content.decode(), document.name
