@@ -12,6 +12,7 @@ import pytest
 from allocations.choices import JobState
 from tests import factories as f
 from tests.conftest import TIMEOUT_MS
+from tests.e2e import test_dashboards
 from tests.e2e.conftest import login
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -124,3 +125,28 @@ def test_the_import_pages_help_sits_under_its_textarea(live_server, page, person
     assert textarea and help_text
     assert help_text["y"] >= textarea["y"] + textarea["height"]  # below it, not beside its bottom edge
     assert abs(help_text["x"] - textarea["x"]) < 2  # aligned with it on the left
+
+
+@pytest.fixture
+def recorded(personas: Any, settings: Any) -> Any:
+    """The dashboards' browser tests' history (ten days backfilled, team-b borrowing now)."""
+    return test_dashboards.recorded.__wrapped__(personas, settings)
+
+
+def test_dashboard_charts_keep_their_axis_titles_inside_and_legends_in_words(live_server, page, recorded):
+    login(page, live_server, recorded.member)
+    page.goto(f"{live_server.url}/dashboards/teams/team-a/?range=1d")
+    for key in ("usage", "pending", "wait_time"):
+        chart = page.locator(f"#chart-{key}.js-plotly-plot")
+        chart.wait_for()
+        box = chart.locator(".main-svg").first.bounding_box()
+        assert box
+        for title in chart.locator(".g-xtitle text, .g-ytitle text, .g-y2title text").all():
+            inside = title.bounding_box()
+            assert inside, key
+            assert box["x"] <= inside["x"] and inside["x"] + inside["width"] <= box["x"] + box["width"], key
+            assert box["y"] <= inside["y"] and inside["y"] + inside["height"] <= box["y"] + box["height"], key
+        legend = chart.locator(".legendtext").all_text_contents()
+        assert all("_" not in name for name in legend), (key, legend)
+    pending = page.locator("#chart-pending .legendtext").all_text_contents()
+    assert "GPUs asked by pending jobs" in pending
