@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -37,10 +38,20 @@ WAIT_BINS: tuple[tuple[str, float], ...] = (
 )
 
 _LAYOUT: dict[str, Any] = {
-    "margin": {"l": 50, "r": 20, "t": 40, "b": 40},
-    "legend": {"orientation": "h", "y": -0.15},
+    # Axes push the margins out as far as their tick labels and titles need (automargin), so
+    # no label is cut off; the legend sits under the x axis, clear of its labels.
+    "margin": {"l": 60, "r": 20, "t": 40, "b": 50},
+    "legend": {"orientation": "h", "y": -0.2, "yanchor": "top"},
     "hovermode": "x unified",
-    "height": 360,
+    "height": 380,
+}
+_AXES = ("xaxis", "yaxis", "yaxis2")
+
+# The legend's words for the series whose table names are identifiers (the CSV keeps those).
+SERIES_LABELS = {
+    "pending_gpus": "GPUs asked by pending jobs",
+    "running_jobs": "running jobs",
+    "pending_jobs": "pending jobs",
 }
 
 
@@ -79,7 +90,56 @@ def gpus(value: float) -> float:
 
 
 def _layout(title: str, **extra: Any) -> dict[str, Any]:
-    return {**_LAYOUT, "title": {"text": title}, **extra}
+    layout = {**_LAYOUT, "title": {"text": title}, **extra}
+    for axis in _AXES:
+        if axis in layout or axis != "yaxis2":
+            layout[axis] = {"automargin": True, **layout.get(axis, {})}
+    return layout
+
+
+def nice_step(largest: float, ticks: int = 5, *, whole: bool = False) -> float:
+    """A tick step of 1, 2 or 5 times a power of ten that cuts 0..``largest`` into about
+    ``ticks`` steps (``whole``: at least 1, for counts of jobs or preemptions)."""
+    if largest <= 0:
+        return 1
+    raw = largest / ticks
+    power = 10 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    step = float(f"{step:.12g}")  # 0.30000000000000004 -> 0.3
+    return max(1, step) if whole else step
+
+
+def value_axis(title: str, values: Iterable[float], *, whole: bool = False) -> dict[str, Any]:
+    """A value axis from 0 with ticks at round numbers (1, 2 or 5 times a power of ten)."""
+    largest = max((float(v) for v in values), default=0.0)
+    return {
+        "title": {"text": title},
+        "rangemode": "tozero",
+        "tick0": 0,
+        "dtick": nice_step(largest, whole=whole),
+        "automargin": True,
+    }
+
+
+def human_duration(seconds: float | None) -> str:
+    """A duration as people say it: ``42 s``, ``5 min 3 s``, ``28 h 6 min``."""
+    total = round(float(seconds or 0))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    if minutes:
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    return f"{secs} s"
+
+
+def duration_unit(largest_seconds: float) -> tuple[str, float]:
+    """The unit an axis of durations up to ``largest_seconds`` reads best in: (name, seconds)."""
+    if largest_seconds >= 2 * 3600:
+        return "hours", 3600.0
+    if largest_seconds >= 120:
+        return "minutes", 60.0
+    return "seconds", 1.0
 
 
 def _empty_note(rows: Sequence[Row]) -> list[dict[str, Any]]:
@@ -119,9 +179,25 @@ def _gpus_over_time(key: str, title: str, rows: Sequence[Row], traces: list[dict
     """A chart of GPUs over time, from a long (time, series, GPUs) table."""
     figure = {
         "data": traces,
-        "layout": _layout(title, yaxis={"title": {"text": "GPUs"}}, annotations=_empty_note(rows)),
+        "layout": _layout(
+            title, yaxis=value_axis("GPUs", _stacked_top(traces)), annotations=_empty_note(rows)
+        ),
     }
     return Chart(key, title, ("time", "series", "gpus"), tuple(rows), figure)
+
+
+def _stacked_top(traces: Sequence[Mapping[str, Any]]) -> list[float]:
+    """The largest values the traces reach, a stack group's traces added up at each x."""
+    stacks: dict[tuple[str, Any], float] = {}
+    tops: list[float] = []
+    for trace in traces:
+        group = trace.get("stackgroup")
+        for x, y in zip(trace["x"], trace["y"], strict=True):
+            if group:
+                stacks[(group, x)] = stacks.get((group, x), 0.0) + float(y)
+            else:
+                tops.append(float(y))
+    return tops + list(stacks.values())
 
 
 def _bars_by_team(
@@ -132,14 +208,24 @@ def _bars_by_team(
     names = [r[0] for r in rows]
     figure = {
         "data": [
-            {"type": "bar", "name": bars[0], "x": names, "y": [r[1] for r in rows]},
-            {"type": "bar", "name": bars[1], "x": names, "y": [r[2] for r in rows]},
+            {
+                "type": "bar",
+                "name": SERIES_LABELS.get(bars[0], bars[0]),
+                "x": names,
+                "y": [r[1] for r in rows],
+            },
+            {
+                "type": "bar",
+                "name": SERIES_LABELS.get(bars[1], bars[1]),
+                "x": names,
+                "y": [r[2] for r in rows],
+            },
         ],
         "layout": _layout(
             title,
             barmode="group",
             hovermode="closest",
-            yaxis={"title": {"text": unit}},
+            yaxis=value_axis(unit, [v for r in rows for v in r[1:3]]),
             annotations=_empty_note(rows),
         ),
     }
@@ -179,8 +265,25 @@ def capacity_chart(capacity: Iterable[Mapping[str, Any]], team_usage: Iterable[M
     return _gpus_over_time("capacity", "Capacity, allocated by team, and idle GPUs", rows, traces)
 
 
-def lending_chart(teams: Iterable[Mapping[str, Any]]) -> Chart:
-    """GPU-hours each team borrowed from, and lent to, other teams over the range.
+# The lending chart's bar for capacity in no team's quota: it "lends" what teams borrowed of it.
+UNALLOCATED = "unallocated capacity"
+
+
+def unallocated_borrowed(teams: Iterable[Mapping[str, Any]]) -> float:
+    """GPU-hours borrowed from capacity in no team's quota, from the rows of *every* team:
+    what was borrowed is drawn from unallocated capacity first, then from lent quota, so
+    ``sum(lent) + unallocated used = sum(borrowed)`` (docs/simulation.md, "Lent")."""
+    rows = list(teams)
+    borrowed = sum(float(t["borrowed_gpu_hours"]) for t in rows)
+    lent = sum(float(t["lent_gpu_hours"]) for t in rows)
+    return max(0.0, borrowed - lent)
+
+
+def lending_chart(teams: Iterable[Mapping[str, Any]], unallocated_gpu_hours: float | None = None) -> Chart:
+    """GPU-hours each team borrowed, and lent to other teams, over the range; and, given
+    ``unallocated_gpu_hours`` (see :func:`unallocated_borrowed`), a bar for the capacity in no
+    team's quota that was borrowed, so that teams borrowing far more than any team lent reads
+    as what it is rather than as a contradiction.
 
     ``teams``: rows with ``team``, ``borrowed_gpu_hours``, ``lent_gpu_hours``.
     """
@@ -188,7 +291,9 @@ def lending_chart(teams: Iterable[Mapping[str, Any]]) -> Chart:
         (t["team"], gpus(t["borrowed_gpu_hours"]), gpus(t["lent_gpu_hours"]))
         for t in sorted(teams, key=lambda t: t["team"])
     )
-    title = "Borrowed and lent GPU-hours by team"
+    if unallocated_gpu_hours is not None and gpus(unallocated_gpu_hours) > 0:
+        rows += ((UNALLOCATED, 0.0, gpus(unallocated_gpu_hours)),)
+    title = "Borrowed and lent GPU-hours by team, and unallocated capacity borrowed"
     columns = ("team", "borrowed_gpu_hours", "lent_gpu_hours")
     return _bars_by_team("lending", title, columns, rows, ("borrowed", "lent"), "GPU-hours")
 
@@ -234,10 +339,21 @@ def preemptions_chart(points: Iterable[Mapping[str, Any]], *, key: str = "preemp
     figure = {
         "data": traces,
         "layout": _layout(
-            title, barmode="stack", yaxis={"title": {"text": "preemptions"}}, annotations=_empty_note(rows)
+            title,
+            barmode="stack",
+            yaxis=value_axis("preemptions", _stacked_counts(rows), whole=True),
+            annotations=_empty_note(rows),
         ),
     }
     return Chart(key, title, ("time", "reason", "preemptions"), tuple(rows), figure)
+
+
+def _stacked_counts(rows: Sequence[Row]) -> list[float]:
+    """The height of each stacked bar of a long (time, series, count) table."""
+    totals: dict[Any, float] = {}
+    for at, _, value in rows:
+        totals[at] = totals.get(at, 0.0) + float(value)
+    return list(totals.values())
 
 
 def fair_share_chart(teams: Iterable[Mapping[str, Any]]) -> Chart:
@@ -286,11 +402,13 @@ def pending_chart(points: Iterable[Mapping[str, Any]]) -> Chart:
     """
     names = ("pending_gpus", "running_jobs", "pending_jobs")
     points = points_list(points)
-    rows: list[Row] = [(iso(p["at"]), name, gpus(p[name])) for name in names for p in points]
+    # The table's series are the legend's words: the CSV is the chart's data, as drawn.
+    rows: list[Row] = [(iso(p["at"]), SERIES_LABELS[name], gpus(p[name])) for name in names for p in points]
+    gpus_pending = SERIES_LABELS["pending_gpus"]
     traces = _line_traces(
         rows,
         lambda name: (
-            {"fill": "tozeroy"} if name == "pending_gpus" else {"yaxis": "y2", "line": {"dash": "dot"}}
+            {"fill": "tozeroy"} if name == gpus_pending else {"yaxis": "y2", "line": {"dash": "dot"}}
         ),
     )
     title = "Pending demand and jobs"
@@ -298,8 +416,12 @@ def pending_chart(points: Iterable[Mapping[str, Any]]) -> Chart:
         "data": traces,
         "layout": _layout(
             title,
-            yaxis={"title": {"text": "GPUs pending"}},
-            yaxis2={"title": {"text": "jobs"}, "overlaying": "y", "side": "right", "rangemode": "tozero"},
+            yaxis=value_axis("GPUs pending", [r[2] for r in rows if r[1] == gpus_pending]),
+            yaxis2={
+                **value_axis("jobs", [r[2] for r in rows if r[1] != gpus_pending], whole=True),
+                "overlaying": "y",
+                "side": "right",
+            },
             margin={**_LAYOUT["margin"], "r": 60},
             annotations=_empty_note(rows),
         ),
@@ -324,7 +446,7 @@ def wait_time_chart(bins: Iterable[Mapping[str, Any]]) -> Chart:
             title,
             hovermode="closest",
             xaxis={"title": {"text": "wait (start - submission)"}},
-            yaxis={"title": {"text": "jobs"}},
+            yaxis=value_axis("jobs", [r[1] for r in rows], whole=True),
             annotations=_empty_note([r for r in rows if r[1]]),
         ),
     }

@@ -2,7 +2,7 @@
 
 from django.urls import include, path
 
-from .views import console, cycles, dashboards, interop, reports, teams, whatif
+from .views import console, cycles, dashboards, docs, interop, reports, teams, whatif
 
 app_name = "allocations"
 
@@ -14,5 +14,6 @@ urlpatterns = [
     *interop.urlpatterns,
     *reports.urlpatterns,
     *whatif.urlpatterns,
+    *docs.urlpatterns,
     path("api/", include("allocations.api.urls")),
 ]

@@ -16,10 +16,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 STOP_TIMEOUT_S = 10
+POLL_S = 0.5
 
 
 class Stop(Exception):
@@ -49,15 +53,48 @@ def _stop(children: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
             process.wait()
 
 
+def console_url(host: str, port: str) -> str:
+    """The URL a browser on this machine opens: a wildcard listen address is not one."""
+    shown = "127.0.0.1" if host in {"0.0.0.0", "", "::", "[::]"} else host
+    return f"http://{shown}:{port}/"
+
+
+def child_environment(host: str, port: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of web, worker and beat: DEBUG on, and links in emails (the weekly
+    reports the worker sends) to the port served here unless GPUGOV_BASE_URL says otherwise."""
+    env = dict(environ)
+    env.setdefault("DJANGO_DEBUG", "1")
+    env.setdefault("DJANGO_SETTINGS_MODULE", "gpugov_site.settings.base")
+    env.setdefault("GPUGOV_BASE_URL", console_url(host, port).rstrip("/"))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def wait_until_answers(url: str, children: list[tuple[str, subprocess.Popen[bytes]]]) -> bool:
+    """Poll ``url`` until the server answers (any HTTP status); False if a child exits first.
+
+    The web server takes from a second to tens of seconds to start on a busy machine (Django's
+    checks, the autoreloader), so the URL is printed once it answers, not after a guess."""
+    while True:
+        if any(process.poll() is not None for _, process in children):
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return True
+        except urllib.error.HTTPError:
+            return True  # an error page is an answer too
+        except (OSError, urllib.error.URLError):
+            time.sleep(POLL_S)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", default="8000")
     parser.add_argument("--no-reload", action="store_true", help="runserver without the autoreloader")
     args = parser.parse_args()
-    os.environ.setdefault("DJANGO_DEBUG", "1")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpugov_site.settings.base")
-    os.environ["PYTHONUNBUFFERED"] = "1"
+    os.environ.update(child_environment(args.host, args.port, os.environ))
+    url = console_url(args.host, args.port)
 
     def on_signal(signum: int, frame: object) -> None:
         raise Stop
@@ -83,9 +120,10 @@ def main() -> int:
         )
         children.append(_start("beat", [celery, "-A", "gpugov_site", "beat", "--loglevel", "INFO"]))
         print(
-            f"gpugov console: http://{args.host}:{args.port}/  (Ctrl-C stops web, worker and beat)",
-            flush=True,
+            f"run_dev: started web, worker and beat; waiting for the console to answer at {url}", flush=True
         )
+        if wait_until_answers(url, children):
+            print(f"gpugov console: {url}  (Ctrl-C stops web, worker and beat)", flush=True)
         while True:
             for name, process in children:
                 if process.poll() is not None:

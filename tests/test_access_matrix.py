@@ -112,12 +112,14 @@ CASES = [
         "post",
         lambda o: f"/jobs/{o.member_job.pk}/cancel/",
         "302 302 302 403 404 404 login",
+        {"confirm": "yes"},
     ),
     row(
         "cancel another's job",
         "post",
         lambda o: f"/jobs/{o.admin_job.pk}/cancel/",
         "302 302 403 403 404 404 login",
+        {"confirm": "yes"},
     ),
     row(
         "resubmit",

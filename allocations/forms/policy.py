@@ -197,13 +197,29 @@ class TeamForm(PolicyForm):
         labels = {"name": "Name (a DNS label)", "preempt_while_borrowing": "Preempt while borrowing"}
         help_texts = {
             "name": "Lowercase letters, digits and '-', at most 40 characters",
-            "preempt_while_borrowing": "Empty: lower-priority, or never when reclaim is never",
+            "sharing": (
+                "Lend and borrow: its unused quota goes to the pool and it may use more than its quota. "
+                "Lend only: lends, never borrows. Don't lend: its quota is kept for it alone, and it never borrows."
+            ),
+            "preempt_team_tasks": (
+                "Which of the team's own running jobs a job of the team may stop to start: lower priority, "
+                "lower or newer of equal priority, or never."
+            ),
+            "reclaim": (
+                "When the team needs its lent quota back, which of the other teams' jobs borrowing it "
+                "may be stopped: any, only lower-priority ones, or never (it waits until they end)."
+            ),
+            "preempt_while_borrowing": (
+                "Whether a job of the team that will itself borrow may stop other teams' lower-priority "
+                "borrowed jobs. Default: lower-priority, or never when reclaim is never."
+            ),
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # Say what the default is, not where it is written (a document the user may not have).
         self.fields["preempt_while_borrowing"].choices = [
-            ("", "Default (POLICY.md)"),
+            ("", "Default (lower-priority; never when reclaim is never)"),
             *choices.PREEMPT_WHILE_BORROWING_CHOICES,
         ]
 
@@ -359,6 +375,22 @@ class ClusterPolicyForm(PolicyForm):
     class Meta:
         model = ClusterPolicy
         fields = list(policy_fields.CLUSTER_POLICY_FIELDS)
+        help_texts = {
+            "idle_allocation": (
+                "How teams compete for idle GPUs. Fair share: among teams that would borrow, the one "
+                "with the smallest share of the pool for its fair-share weight goes first, and may "
+                "preempt borrowed jobs of a team above its share. First come, first serve: a job within "
+                "its quota first, then priority, then submit time."
+            ),
+            "task_ranking": (
+                "How a team's own jobs are ordered. Priority: by priority class, then submit time. "
+                "First come, first serve: by submit time alone."
+            ),
+            "queueing": (
+                "When a team's first job cannot start. Best-effort FIFO: its next job gets a turn. "
+                "Strict FIFO: it blocks the jobs behind it (they wait with blocked-by-fifo)."
+            ),
+        }
 
 
 class MembershipForm(PolicyForm):

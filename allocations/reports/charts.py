@@ -86,9 +86,12 @@ def team_charts(report: TeamReport) -> list[Chart]:
 def cluster_charts(report: ClusterReport) -> list[Chart]:
     """The cluster's trend, who lent and borrowed (the dashboards' chart), and capacity."""
     lending = lending_chart(
-        {"team": t.team, "borrowed_gpu_hours": t.usage.borrowed, "lent_gpu_hours": t.usage.lent}
-        for t in report.teams
-        if t.usage.borrowed or t.usage.lent
+        (
+            {"team": t.team, "borrowed_gpu_hours": t.usage.borrowed, "lent_gpu_hours": t.usage.lent}
+            for t in report.teams
+            if t.usage.borrowed or t.usage.lent
+        ),
+        report.borrowed_from_unallocated,
     )
     lending.figure["layout"].update(width=WIDTH, height=HEIGHT, paper_bgcolor="#ffffff")
     daily = [row for team in report.teams for row in team.daily]

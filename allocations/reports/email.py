@@ -232,6 +232,18 @@ def cluster_content(report: ClusterReport) -> ReportContent:
         "Who lent and who borrowed most",
         ("", "team", "GPU-hours"),
         tuple(("lent", team, _h(h)) for team, h in report.top_lenders)
+        # What teams borrowed beyond what teams lent came from capacity in no team's quota.
+        + (
+            (
+                (
+                    "borrowed from",
+                    "unallocated capacity (in no team's quota)",
+                    _h(report.borrowed_from_unallocated),
+                ),
+            )
+            if report.borrowed_from_unallocated >= 0.005
+            else ()
+        )
         + tuple(("borrowed", team, _h(h)) for team, h in report.top_borrowers),
         "" if report.top_lenders or report.top_borrowers else "Nobody borrowed this week.",
     )

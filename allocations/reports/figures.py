@@ -218,6 +218,12 @@ class ClusterReport:
     hours_sampled: float
     pending_job_hours: float = 0.0
 
+    @property
+    def borrowed_from_unallocated(self) -> float:
+        """GPU-hours borrowed from capacity in no team's quota: ``usage`` sums every team, and
+        borrowing draws on unallocated capacity first, then on lent quota."""
+        return max(0.0, self.usage.borrowed - self.usage.lent)
+
     def team(self, name: str) -> TeamReport:
         for report in self.teams:
             if report.team == name:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from .expect import check_expectations, describe
 from .replay import Progress, replay
 from .result import Result, summary, write_json
 from .scenario import ScenarioError, load_scenario, read_cycle_interval
@@ -32,6 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "default: the file's options.cycle_interval, else 0)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="check the file's expect: block (run until its 'until' unless --until is given), "
+        "say which expectations held and exit 1 when one did not",
+    )
 
 
 def progress_bar(stream: TextIO) -> Progress:
@@ -60,11 +67,14 @@ def simulate(
     strict: bool = False,
     cycle_interval: int | None = None,
     progress: bool = True,
+    check: bool = False,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
 ) -> Result:
     """Load, replay, print the summary (and the JSON). Raises ScenarioError for a bad file
-    (nothing simulated) and SimulationError for an engine plan that cannot be applied."""
+    (nothing simulated) and SimulationError for an engine plan that cannot be applied. With
+    ``check``, also prints which of the file's ``expect:`` lines held and raises
+    ExpectationsFailed when one did not."""
     stdout = stdout or sys.stdout
     stderr = stderr or sys.stderr
     if until is not None and until < 0:
@@ -76,6 +86,10 @@ def simulate(
     scenario = load_scenario(file, keep_unfit=keep_unfit, strict=strict, cycle_interval=cycle_interval)
     if scenario.trace is not None and scenario.trace.skipped:
         stderr.write(f"warning: {scenario.trace.describe()}\n")
+    if check and scenario.expect is None:
+        raise ScenarioError(["expect: --check needs an expect: block in the file, and it has none"])
+    if check and until is None and scenario.expect is not None:
+        until = scenario.expect.until
     show = progress_bar(stderr) if progress and stderr.isatty() else None
     result = replay(scenario, until=until, progress=show)
     if json_out == "-":
@@ -86,7 +100,21 @@ def simulate(
         if json_out:
             with Path(json_out).open("w", encoding="utf-8") as out:
                 write_json(result, out)
+    if check and scenario.expect is not None:
+        checks = check_expectations(scenario.expect, result)
+        (stderr if json_out == "-" else stdout).write(describe(checks, until) + "\n")
+        failed = [c for c in checks if not c.held]
+        if failed:
+            raise ExpectationsFailed(len(failed), len(checks))
     return result
+
+
+class ExpectationsFailed(Exception):
+    """``--check``: at least one line of the file's ``expect:`` block did not hold."""
+
+    def __init__(self, failed: int, total: int) -> None:
+        super().__init__(f"{failed} of {total} expectations did not hold")
+        self.failed = failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             strict=args.strict,
             cycle_interval=args.cycle_interval,
             progress=not args.no_progress,
+            check=args.check,
         )
+    except ExpectationsFailed as exc:
+        sys.stderr.write(f"{args.file}: {exc}\n")
+        return 1
     except (ScenarioError, SimulationError) as exc:
         sys.stderr.write(f"{args.file}: {exc}\n" if isinstance(exc, ScenarioError) else f"error: {exc}\n")
         return 1

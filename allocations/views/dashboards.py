@@ -108,7 +108,8 @@ def cluster_charts(filters: Filters) -> list[Chart]:
     return [
         charts.capacity_chart(capacity, usage),
         charts.idle_while_waiting_chart(capacity),
-        charts.lending_chart(totals),
+        # Borrowing from unallocated capacity can be told apart only over every team.
+        charts.lending_chart(totals, None if team_ids else charts.unallocated_borrowed(totals)),
         charts.fair_share_chart(totals),
         charts.preemptions_chart(preemptions),
     ]

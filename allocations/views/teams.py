@@ -17,10 +17,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
 from django.utils import timezone
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from allocations import access
-from allocations.choices import PENDING_CODE_WORDS, JobState, Role
+from allocations.choices import ACTIVE_JOB_STATES, PENDING_CODE_WORDS, JobState, Role
 from allocations.forms.jobs import JobSubmitForm, MembershipAddForm, MembershipRoleForm
 from allocations.forms.policy import apply_errors
 from allocations.models import Job, Membership, Team
@@ -153,12 +153,20 @@ def job_detail(request: HttpRequest, pk: int, live: bool = False) -> HttpRespons
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def job_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    """Cancel a job, after a confirmation page: a Cancel button posts here without ``confirm``
+    and gets the page, whose button posts ``confirm=yes``. It asks without JavaScript, and a
+    stray click on a queue row cancels nothing."""
     job = _job(request, pk)
     access.require(
         access.can_manage_job(request.user, job), "Only its submitter or a team admin may cancel it."
     )
+    cancellable = job.state in ACTIVE_JOB_STATES
+    if cancellable and (request.method == "GET" or request.POST.get("confirm") != "yes"):
+        return render(request, "teams/cancel_confirm.html", {"job": job})
+    if request.method == "GET":
+        return redirect("allocations:job_detail", pk=job.pk)
     done = f"Job {job.name} (#{job.pk}) cancelled."
     run_and_tell(request, done, job_services.job_cancel, user=request.user, job=job)
     return redirect("allocations:job_detail", pk=job.pk)

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_POST
 
 from allocations.access import cluster_admin_required
 from allocations.forms import policy as policy_forms
-from allocations.models import InstanceType, PolicyDraft, PriorityClass, WhatIfRun, WhatIfRunState
+from allocations.models import InstanceType, PolicyDraft, PriorityClass, Team, WhatIfRun, WhatIfRunState
 from allocations.views.dashboards import plotly_url
 from allocations.whatif import charts, figures, runs, services
 from allocations.whatif import drafts as bodies
@@ -255,7 +255,7 @@ def _status(run: WhatIfRun) -> dict[str, Any]:
 @cluster_admin_required
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = _run(pk)
-    context: dict[str, Any] = {"run": run, "status": _status(run)}
+    context: dict[str, Any] = {"run": run, "status": _status(run), "late_teams": _late_teams(run)}
     policies = run.results.get("policies") if run.state == WhatIfRunState.DONE else None
     if policies:
         drafts = policies[1:]
@@ -278,7 +278,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
                     (name, _rows(CLASS_FIGURES, [p["priority_classes"].get(name, {}) for p in policies]))
                     for name in sorted({c for p in policies for c in p["priority_classes"]})
                 ],
-                "comparisons": [(p, comparisons.get(p["key"], [])) for p in drafts],
+                "comparisons": [(p, _linked(comparisons.get(p["key"], []))) for p in drafts],
                 "charts": [
                     (chart, reverse("allocations:whatif_run_csv", kwargs={"pk": run.pk, "chart": chart.key}))
                     for chart in chart_list
@@ -288,6 +288,23 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
             }
         )
     return render(request, "whatif/run.html", context)
+
+
+def _linked(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The compared jobs, each with the URL of its job page (a replayed job's id is its pk)."""
+    return [
+        {**job, "url": reverse("allocations:job_detail", kwargs={"pk": int(job["id"])})}
+        if str(job["id"]).isdigit()
+        else job
+        for job in jobs
+    ]
+
+
+def _late_teams(run: WhatIfRun) -> list[Team]:
+    """The run's teams created after its window's start: the replay gives each its quota from
+    the window's start, as if it had existed all along, so the page says so."""
+    names = {team["name"] for policy in run.policies for team in policy.get("body", {}).get("teams", [])}
+    return list(Team.objects.filter(name__in=names, created_at__gt=run.window_start).order_by("created_at"))
 
 
 def _hours(seconds: Any) -> str:

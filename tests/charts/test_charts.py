@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -85,6 +86,24 @@ def test_lending_and_fair_share_charts_are_one_bar_per_team() -> None:
     assert _csv_rows(share)[1] == ["team-a", "25.0", "75.0", "10.0", "3"]
 
 
+def test_borrowing_from_unallocated_capacity_has_a_bar_of_its_own() -> None:
+    # Teams borrowed 800 GPU-hours and lent 0.4: the rest came from capacity in no quota.
+    teams = [
+        {"team": "team-a", "borrowed_gpu_hours": 500.0, "lent_gpu_hours": 0.4},
+        {"team": "team-b", "borrowed_gpu_hours": 300.0, "lent_gpu_hours": 0.0},
+    ]
+    assert charts.unallocated_borrowed(teams) == pytest.approx(799.6)
+    chart = charts.lending_chart(teams, charts.unallocated_borrowed(teams))
+    _assert_valid_plotly(chart)
+    assert chart.rows[-1] == ("unallocated capacity", 0.0, 799.6)
+    _, lent = chart.figure["data"]
+    assert lent["name"] == "lent" and lent["x"][-1] == "unallocated capacity" and lent["y"][-1] == 799.6
+    assert _csv_rows(chart)[-1] == ["unallocated capacity", "0.0", "799.6"]
+    # Nothing borrowed from it (or not known: a filtered set of teams): no bar.
+    assert [r[0] for r in charts.lending_chart(teams).rows] == ["team-a", "team-b"]
+    assert len(charts.lending_chart(teams[:1], 0.0).rows) == 1
+
+
 def test_fair_share_of_nothing_borrowed_is_zero_not_a_division_error() -> None:
     chart = charts.fair_share_chart([{"team": "a", "borrowed_gpu_hours": 0, "weight": 0}])
     assert chart.rows == (("a", 0.0, 0.0, 0.0, 0),)
@@ -117,6 +136,68 @@ def test_team_usage_and_pending_charts_plot_every_series() -> None:
     _assert_valid_plotly(pending)
     _assert_long_table_is_the_figure(pending)
     assert len(pending.rows) == 9
+    assert [t["name"] for t in pending.figure["data"]] == [
+        "GPUs asked by pending jobs",
+        "running jobs",
+        "pending jobs",
+    ]
+
+
+def _every_chart() -> list[Chart]:
+    points = [
+        {"at": at, "quota": 8, "used": 10, "borrowed": 2, "lent": 0, "pending_gpus": 4,
+         "running_jobs": 2, "pending_jobs": 1, "idle": 3, "pending": 4, "idle_while_waiting": 1.5}
+        for at in TIMES
+    ]  # fmt: skip
+    teams = [{"team": "team-a", "borrowed_gpu_hours": 800.0, "lent_gpu_hours": 0.4, "weight": 1}]
+    return [
+        charts.capacity_chart(
+            [{"at": at, "capacity": 1408, "idle": 37} for at in TIMES],
+            [{"at": at, "team": "team-a", "used": 1371} for at in TIMES],
+        ),
+        charts.lending_chart(teams),
+        charts.idle_while_waiting_chart(points),
+        charts.preemptions_chart([{"at": T0, "reason": "reclaim", "preemptions": 3}]),
+        charts.fair_share_chart(teams),
+        charts.team_usage_chart(points),
+        charts.pending_chart(points),
+        charts.wait_time_chart([{"wait": "1-5 min", "jobs": 7}]),
+    ]
+
+
+def test_legends_are_words_not_identifiers() -> None:
+    for chart in _every_chart():
+        for trace in chart.figure["data"]:
+            assert "_" not in trace["name"], (chart.key, trace["name"])
+
+
+def test_value_axes_tick_at_round_numbers_from_zero_and_make_room_for_their_labels() -> None:
+    for chart in _every_chart():
+        layout = chart.figure["layout"]
+        assert layout["xaxis"]["automargin"] and layout["yaxis"]["automargin"], chart.key
+        for name in ("yaxis", "yaxis2"):
+            if name not in layout:
+                continue
+            axis = layout[name]
+            assert axis["tick0"] == 0 and axis["rangemode"] == "tozero", (chart.key, name)
+            mantissa = axis["dtick"] / 10 ** math.floor(math.log10(axis["dtick"]))
+            assert round(mantissa, 9) in {1, 2, 5}, (chart.key, name, axis["dtick"])
+
+
+@pytest.mark.parametrize(
+    ("largest", "whole", "step"),
+    [(1408, False, 500), (1371, False, 500), (37, False, 10), (0.4, False, 0.1), (3, True, 1), (0, True, 1)],
+)
+def test_nice_step(largest: float, whole: bool, step: float) -> None:
+    assert charts.nice_step(largest, whole=whole) == step
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0 s"), (42, "42 s"), (300, "5 min"), (303, "5 min 3 s"), (101160, "28 h 6 min"), (7200, "2 h")],
+)
+def test_human_duration(seconds: float, text: str) -> None:
+    assert charts.human_duration(seconds) == text
 
 
 def test_wait_time_chart_has_every_bin_in_order() -> None:

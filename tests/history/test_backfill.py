@@ -22,7 +22,9 @@ def backfilled(personas, settings):  # type: ignore[no-untyped-def]
 
 
 def test_recent_days_are_minutes_and_older_ones_hours_and_days(backfilled: str) -> None:
-    assert backfilled.startswith("backfilled 10 days for 2 teams x 1 instance types")
+    said, done = backfilled.splitlines()
+    assert said.startswith("writing 10 days of synthetic history")  # before the wait, not after
+    assert done.startswith("backfilled 10 days for 2 teams x 1 instance types")
     now = timezone.now()
     first_minute = CapacityMinute.objects.aggregate(m=Min("minute"))["m"]
     assert now - timedelta(days=3, hours=1) < first_minute <= now - timedelta(days=3) + timedelta(hours=1)

@@ -90,3 +90,25 @@ def test_query_count_does_not_grow_with_teams(week_of_history, django_assert_num
     with django_assert_num_queries(9):
         report = weekly_figures(Week.parse("2026-W47", "Europe/Berlin"))
     assert report.team("extra-3").usage.quota == 1
+
+
+def test_borrowing_from_unallocated_capacity_is_named_in_the_cluster_report(week_of_history):
+    from dataclasses import replace
+
+    from allocations.reports.charts import cluster_charts
+    from allocations.reports.email import cluster_content
+
+    def lending_rows(report):
+        table = next(t for t in cluster_content(report).tables if t.title == "Who lent and who borrowed most")
+        return table.rows
+
+    report = weekly_figures(Week.parse("2026-W47", "Europe/Berlin"))
+    # team-a borrowed the 2 GPU-hours team-b lent: nothing came from unallocated capacity.
+    assert report.borrowed_from_unallocated == 0
+    assert not any("unallocated" in row[1] for row in lending_rows(report))
+    # Teams borrowed 802 GPU-hours and lent 2: 800 came from capacity in no team's quota.
+    more = replace(report, usage=replace(report.usage, borrowed=802.0))
+    assert more.borrowed_from_unallocated == 800
+    assert ("borrowed from", "unallocated capacity (in no team's quota)", "800.0") in lending_rows(more)
+    lending = next(c for c in cluster_charts(more) if c.key == "lending")
+    assert lending.rows[-1] == ("unallocated capacity", 0.0, 800.0)

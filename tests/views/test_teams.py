@@ -265,17 +265,29 @@ def test_the_job_page_shows_its_whole_history(personas):
 
 def test_cancel_from_the_job_page(personas):
     job = f.make_job(personas.team, personas.instance_type, 1, submitter=personas.member, command="x")
-    response = client_for(personas.member).post(f"/jobs/{job.pk}/cancel/")
+    response = client_for(personas.member).post(f"/jobs/{job.pk}/cancel/", {"confirm": "yes"})
     assert response.status_code == 302
     job.refresh_from_db()
     assert job.state == JobState.CANCELLED
+
+
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_cancel_asks_for_confirmation_first_and_cancels_nothing(personas, method):
+    job = f.make_job(personas.team, personas.instance_type, 1, submitter=personas.member, command="x")
+    response = getattr(client_for(personas.member), method)(f"/jobs/{job.pk}/cancel/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert f"Cancel job {job.name} <small>#{job.pk}</small>?" in html
+    assert 'name="confirm" value="yes"' in html and 'id="keep-job"' in html
+    job.refresh_from_db()
+    assert job.state == JobState.PENDING
 
 
 def test_cancelling_an_ended_job_says_why_and_changes_nothing(personas):
     job = f.make_job(
         personas.team, personas.instance_type, 1, submitter=personas.member, state=JobState.FINISHED
     )
-    response = client_for(personas.member).post(f"/jobs/{job.pk}/cancel/", follow=True)
+    response = client_for(personas.member).post(f"/jobs/{job.pk}/cancel/", {"confirm": "yes"}, follow=True)
     assert "can be cancelled" in response.content.decode()
     job.refresh_from_db()
     assert job.state == JobState.FINISHED

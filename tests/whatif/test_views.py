@@ -3,11 +3,13 @@ applying through the policy services (audited), runs started, polled, exported."
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from allocations.models import AuditEntry, PolicyDraft, TeamQuota, WhatIfRun, WhatIfRunState
 from allocations.whatif import services
@@ -204,6 +206,9 @@ def test_cluster_policy_and_priority_classes_are_edited_in_the_draft(admin, draf
     page = admin.get(url).content.decode()
     for text in ("idle_allocation", "first-come-first-serve", "batch", "experimentation"):
         assert text in page
+    # The cluster policy is named once in the diff's Object column, not "cluster policy cluster policy".
+    assert "<td>cluster policy</td><td>idle_allocation</td>" in page
+    assert "cluster policy cluster policy" not in page
     # A class removed from the draft but still live may come back.
     back = admin.post(
         url, {"form": "new-class", "new-class-name": "experimentation", "new-class-weight": "20"}
@@ -307,3 +312,44 @@ def test_a_run_is_started_polled_and_exported(personas, admin, draft, week):
         ).status_code
         == 404
     )
+
+
+def test_the_run_page_says_which_teams_were_created_after_the_windows_start(personas, admin, draft):
+    from datetime import timedelta
+
+    from allocations.models import Team
+
+    start = timezone.now() - timedelta(days=7)
+    Team.objects.filter(name="team-a").update(created_at=start - timedelta(days=30))
+    Team.objects.filter(name="team-b").update(created_at=start + timedelta(days=2))
+    run = WhatIfRun.objects.create(
+        window_start=start,
+        window_end=start + timedelta(days=7),
+        policies=[{"key": "live", "name": "live policy", "body": draft.body}],
+    )
+    page = admin.get(reverse("allocations:whatif_run", kwargs={"pk": run.pk})).content.decode()
+    notice = page.split('id="late-teams">')[1].split("</p>")[0]
+    assert "Team <strong>team-b</strong> was created on" in notice
+    assert "team-a" not in notice
+    assert "as if it had existed all along" in notice
+
+    Team.objects.filter(name="team-b").update(created_at=start - timedelta(days=1))
+    page = admin.get(reverse("allocations:whatif_run", kwargs={"pk": run.pk})).content.decode()
+    assert 'id="late-teams"' not in page
+
+
+def test_the_jobs_whose_wait_changed_link_to_their_pages_with_waits_in_words(personas, admin, week, draft):
+    # ``week`` before ``draft``: the draft copies the week's policy, where team-b lends nothing.
+    team_url = reverse("allocations:whatif_draft_team", kwargs={"pk": draft.pk, "name": "team-b"})
+    assert admin.post(team_url, quota_post()).status_code == 302  # team-b lends its whole quota
+    admin.post(reverse("allocations:whatif_run_start"), {"run-drafts": [draft.pk], "run-range": "7"})
+    run = WhatIfRun.objects.get()
+    execute(run.pk)
+    page = admin.get(reverse("allocations:whatif_run", kwargs={"pk": run.pk})).content.decode()
+    rows = page.split('class="changed-job"')[1:]
+    assert rows, "no job's wait changed"
+    for row in rows:
+        pk, shown = re.search(r'<a href="/jobs/(\d+)/" class="job-link">#(\d+)</a>', row).groups()
+        assert pk == shown
+        waits = re.findall(r'<td class="num">([^<]*)</td>', row)[1:3]
+        assert all(re.fullmatch(r"\d+ (h|min|s)( \d+ (min|s))?", w) for w in waits), waits

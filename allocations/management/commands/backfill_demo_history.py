@@ -212,6 +212,11 @@ class Command(BaseCommand):
         minute_start = max(start, history.floor_hour(end - timedelta(days=settings.HISTORY_MINUTE_DAYS)))
         generator = Workload(snapshot, rng, now)
 
+        # It takes from seconds to minutes by the machine and the days: say what it is doing.
+        self.stdout.write(
+            f"writing {days} days of synthetic history: hour rollups, then minute samples, then jobs",
+        )
+        self.stdout.flush()
         with transaction.atomic():
             self._clear(start, end, jobs=not options["no_jobs"])
             hours = generator.hour_rollups(start, minute_start, step)

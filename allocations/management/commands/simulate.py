@@ -1,4 +1,4 @@
-"""``manage.py simulate FILE [--json OUT|-] [--until T] [--keep-unfit] [--strict] [--cycle-interval S]``.
+"""``manage.py simulate FILE [--json OUT|-] [--until T] [--keep-unfit] [--strict] [--cycle-interval S] [--check]``.
 
 Replays a scenario (../shared/spec/SCENARIO.md) through the allocation engine on a simulated
 clock. It needs no database and no broker: the work is done by ``allocations.simulation``.
@@ -11,7 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
 from allocations.simulation import ScenarioError, SimulationError
-from allocations.simulation.command_line import add_arguments, simulate
+from allocations.simulation.command_line import ExpectationsFailed, add_arguments, simulate
 
 
 class _Plain:
@@ -50,10 +50,13 @@ class Command(BaseCommand):
                 strict=options["strict"],
                 cycle_interval=options["cycle_interval"],
                 progress=not options["no_progress"],
+                check=options["check"],
                 stdout=_Plain(self.stdout),  # type: ignore[arg-type]
                 stderr=_Plain(self.stderr),  # type: ignore[arg-type]
             )
         except ScenarioError as exc:
             raise CommandError(f"{options['file']}: nothing simulated:\n{exc}") from exc
+        except ExpectationsFailed as exc:
+            raise CommandError(f"{options['file']}: {exc}") from exc
         except SimulationError as exc:
             raise CommandError(f"the simulation stopped: {exc}") from exc
