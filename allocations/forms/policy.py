@@ -190,6 +190,31 @@ class TeamForm(PolicyForm):
         help_text="Only victims of at most this priority (empty: any lower priority)",
     )
 
+    # What the team may ask for (docs/limits.md).
+    allowed_priority_classes = forms.MultipleChoiceField(
+        label="Allowed priority classes",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="The classes its members may submit; none ticked = all",
+    )
+    default_priority_class = forms.ModelChoiceField(
+        label="Default priority class",
+        queryset=PriorityClass.objects.order_by("-weight", "name"),
+        to_field_name="name",
+        required=False,
+        empty_label="The lowest allowed class",
+        help_text="The class of a job submitted without one",
+    )
+    max_gpus_per_job = WholeNumberField(
+        label="Most GPUs per job", unit="GPUs", low=1, required=False, help_text="Empty: no limit"
+    )
+    max_pending_jobs_per_member = WholeNumberField(
+        label="Most pending jobs per member", low=1, required=False, help_text="Empty: no limit"
+    )
+    max_pending_jobs = WholeNumberField(
+        label="Most pending jobs of the team", low=1, required=False, help_text="Empty: no limit"
+    )
+
     class Meta:
         model = Team
         fields = list(policy_fields.TEAM_FIELDS)
@@ -199,12 +224,37 @@ class TeamForm(PolicyForm):
             "preempt_while_borrowing": "Empty: lower-priority, or never when reclaim is never",
         }
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, limits: bool = True, **kwargs: Any) -> None:
+        """``limits=False``: without the fields of what the team may ask for (a what-if draft
+        holds only the settings the engine decides with)."""
         super().__init__(*args, **kwargs)
         self.fields["preempt_while_borrowing"].choices = [
             ("", "Default (POLICY.md)"),
             *choices.PREEMPT_WHILE_BORROWING_CHOICES,
         ]
+        if not limits:
+            for name in policy_fields.TEAM_LIMITS:
+                del self.fields[name]
+            return
+        allowed = self.fields["allowed_priority_classes"]
+        assert isinstance(allowed, forms.MultipleChoiceField)
+        allowed.choices = [(pc.name, str(pc)) for pc in PriorityClass.objects.order_by("-weight", "name")]
+        if self.instance.default_priority_class_id is not None and not self.is_bound:
+            # The field names classes by name; the instance's value is the row's id.
+            self.initial["default_priority_class"] = self.instance.default_priority_class.name
+        allowed.error_messages["invalid_choice"] = "Allowed priority classes: no class is called %(value)r."
+        self.fields["default_priority_class"].error_messages["invalid_choice"] = (
+            "Default priority class: no class is called %(value)r."
+        )
+
+    def service_values(self) -> dict[str, Any]:
+        """The values of the fields the form shows (a draft's form has no limits)."""
+        values = {
+            name: self.cleaned_data.get(name) for name in self._meta.fields or () if name in self.fields
+        }
+        if "allowed_priority_classes" in values:
+            values["allowed_priority_classes"] = list(values["allowed_priority_classes"] or [])
+        return values
 
 
 class TeamQuotaForm(PolicyForm):
