@@ -81,15 +81,25 @@ def check_team_limits(*, team: Team, user: Any, gpus: int, priority_class: Prior
         count = pending.count()
         if count >= team.max_pending_jobs:
             raise ValidationError(
-                f"Team {team.name} allows at most {team.max_pending_jobs} pending jobs; it has {count} pending."
+                {
+                    "__all__": f"Team {team.name} allows at most {_jobs(team.max_pending_jobs)}; it has {count} pending."
+                }
             )
     if team.max_pending_jobs_per_member is not None and user is not None and user.pk:
         count = pending.filter(submitter=user).count()
         if count >= team.max_pending_jobs_per_member:
             raise ValidationError(
-                f"Team {team.name} allows at most {team.max_pending_jobs_per_member} pending jobs per member; "
-                f"{_who(user)} has {count} pending."
+                {
+                    "__all__": (
+                        f"Team {team.name} allows at most {_jobs(team.max_pending_jobs_per_member)} per member; "
+                        f"{_who(user)} has {count} pending."
+                    )
+                }
             )
+
+
+def _jobs(count: int) -> str:
+    return f"{count} pending job" if count == 1 else f"{count} pending jobs"
 
 
 def check_whole_nodes(instance_type: InstanceType, gpus: int) -> None:
@@ -168,7 +178,7 @@ def job_submit(
 
     Raises ``ValidationError`` keyed by field: a bad value, a multi-node job that is not whole
     nodes (with the GPUs per node), a job past what the team may ask for (``check_team_limits``,
-    pending-job limits not keyed by a field), or a job the team could never get (with the
+    pending-job limits under ``__all__``), or a job the team could never get (with the
     limit); and
     ``IntegrityError`` when ``user`` already made a job with ``idempotency_key``.
     """
@@ -307,7 +317,7 @@ def _resubmitted_with(user: Any, key: str, job: Job) -> Job | None:
     # What job_submit makes of the copied fields (a job without a class gets the team's default).
     priority_class_id = job.priority_class_id
     if priority_class_id is None and earlier.priority_class_id is not None:
-        default = team_default_class(job.team)
+        default = team_default_class(Team.objects.get(pk=job.team_id))  # its limits as they are now
         priority_class_id = default.pk if default else None
     copy = (job.team_id, job.name.strip(), job.instance_type_id, job.gpus, priority_class_id)
     copy += (job.command, job.image, job.requested_duration)
