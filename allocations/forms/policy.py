@@ -247,6 +247,14 @@ class TeamForm(PolicyForm):
             "Default priority class: no class is called %(value)r."
         )
 
+    def setting_fields(self) -> list[forms.BoundField]:
+        """The visible fields but the limits: the settings card of the team page."""
+        return [f for f in self.visible_fields() if f.name not in policy_fields.TEAM_LIMITS]
+
+    def limit_fields(self) -> list[forms.BoundField]:
+        """The limits' fields (none on a draft's form): their own card of the team page."""
+        return [f for f in self.visible_fields() if f.name in policy_fields.TEAM_LIMITS]
+
     def service_values(self) -> dict[str, Any]:
         """The values of the fields the form shows (a draft's form has no limits)."""
         values = {
