@@ -48,6 +48,28 @@ def test_a_cluster_admin_sets_the_limits_by_name(personas):
     assert AuditEntry.objects.filter(object_repr="team-a").count() == 5
 
 
+def test_a_team_is_created_with_its_limits(personas):
+    response = client_for(personas.cluster_admin).post(
+        "/api/v1/teams/",
+        {
+            "name": "vision",
+            "allowed_priority_classes": ["training"],
+            "default_priority_class": "training",
+            "max_gpus_per_job": 16,
+        },
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    team = Team.objects.get(name="vision")
+    assert (team.allowed_priority_classes, team.default_priority_class.name, team.max_gpus_per_job) == (
+        ["training"],
+        "training",
+        16,
+    )
+    created = AuditEntry.objects.get(object_repr="vision", action="create").new_value
+    assert 'allowed_priority_classes: ["training"]' in created and "max_gpus_per_job: 16" in created
+
+
 def test_a_member_cannot_change_the_limits(personas):
     response = client_for(personas.team_admin).patch(TEAM, {"max_gpus_per_job": 64}, format="json")
     assert response.status_code == 403
