@@ -47,11 +47,9 @@ class JobSubmitForm(forms.Form):
             # Every class stays in the list: one the team may not use is refused by the
             # service, whose message says which the team may use (docs/limits.md).
             allowed = ", ".join(team.allowed_priority_classes) or "all classes"
-            self.fields[
-                "priority_class"
-            ].help_text = (
-                f"{team.name} may submit: {allowed}. Empty: {default.name if default else 'no class'}."
-            )
+            fallback = default.name if default else "no class"
+            field = self.fields["priority_class"]
+            field.help_text = f"{team.name} may submit: {allowed}. Empty: {fallback}."
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

@@ -177,10 +177,9 @@ def job_submit(
     the team's default class (``team_default_class``).
 
     Raises ``ValidationError`` keyed by field: a bad value, a multi-node job that is not whole
-    nodes (with the GPUs per node), a job past what the team may ask for (``check_team_limits``,
-    pending-job limits under ``__all__``), or a job the team could never get (with the
-    limit); and
-    ``IntegrityError`` when ``user`` already made a job with ``idempotency_key``.
+    nodes (with the GPUs per node), a job past what the team may ask for (``check_team_limits``;
+    the pending-job limits under ``__all__``), or a job the team could never get (with the
+    limit); and ``IntegrityError`` when ``user`` already made a job with ``idempotency_key``.
     """
     _check_fields(name=name, gpus=gpus, command=command, image=image, requested_duration=requested_duration)
     check_whole_nodes(instance_type, gpus)
