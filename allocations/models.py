@@ -185,6 +185,24 @@ class Team(models.Model):
         max_length=32, choices=choices.PREEMPT_WHILE_BORROWING_CHOICES, blank=True, default=""
     )
     preempt_while_borrowing_max_priority = models.PositiveSmallIntegerField(null=True, blank=True)
+    # What a team may ask for (docs/limits.md), checked at submission only: a limit lowered
+    # later leaves the jobs already submitted as they are.
+    allowed_priority_classes = models.JSONField(
+        default=list, blank=True, help_text="Names of the classes its members may submit; empty = all"
+    )
+    default_priority_class = models.ForeignKey(
+        PriorityClass,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="default_for_teams",
+        help_text="The class of a job submitted without one; empty = the lowest allowed class",
+    )
+    max_gpus_per_job = models.PositiveIntegerField(null=True, blank=True, help_text="Empty = no limit")
+    max_pending_jobs_per_member = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Empty = no limit"
+    )
+    max_pending_jobs = models.PositiveIntegerField(null=True, blank=True, help_text="Empty = no limit")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -219,6 +237,18 @@ class Team(models.Model):
                 condition=Q(preempt_while_borrowing_max_priority__isnull=True)
                 | Q(preempt_while_borrowing_max_priority__lte=100),
                 name="team_max_priority_0_100",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_gpus_per_job__isnull=True) | Q(max_gpus_per_job__gte=1),
+                name="team_max_gpus_per_job_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_pending_jobs_per_member__isnull=True) | Q(max_pending_jobs_per_member__gte=1),
+                name="team_max_pending_per_member_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_pending_jobs__isnull=True) | Q(max_pending_jobs__gte=1),
+                name="team_max_pending_jobs_positive",
             ),
         ]
 

@@ -22,7 +22,8 @@ NODE_FIELDS = ("name", "instance_type", "gpus", "state", "reason")
 PRIORITY_CLASS_FIELDS = ("name", "weight", "description")
 CLUSTER_FIELDS = ("name", "backend_kind", "backend_settings", "time_zone")
 CLUSTER_POLICY_FIELDS = ("idle_allocation", "task_ranking", "share_unallocated", "queueing")
-# A team's settings: everything but its name, which identifies it in an import or a draft.
+# A team's settings that decide what runs: everything but its name, which identifies it in an
+# import or a draft, and its limits below.
 TEAM_SETTINGS = (
     "display_name",
     "active",
@@ -33,7 +34,17 @@ TEAM_SETTINGS = (
     "preempt_while_borrowing",
     "preempt_while_borrowing_max_priority",
 )
-TEAM_FIELDS = ("name", *TEAM_SETTINGS)
+# What a team may ask for (docs/limits.md): checked when a job is submitted, never by the engine,
+# so they are apart from the settings above, which the engine, the imports and the what-if
+# drafts read.
+TEAM_LIMITS = (
+    "allowed_priority_classes",
+    "default_priority_class",
+    "max_gpus_per_job",
+    "max_pending_jobs_per_member",
+    "max_pending_jobs",
+)
+TEAM_FIELDS = ("name", *TEAM_SETTINGS, *TEAM_LIMITS)
 QUOTA_FIELDS = ("quota", "borrow_limit_kind", "borrow_limit_percent", "borrow_limit", "lend_limit")
 # A quota row with these values means the same as no row (POLICY.md section 1's defaults).
 QUOTA_DEFAULTS: dict[str, Any] = {

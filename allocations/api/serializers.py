@@ -128,6 +128,21 @@ class ClusterPolicySerializer(ErrorsQuoteValues, serializers.ModelSerializer):
 
 class TeamSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
     role = serializers.SerializerMethodField(help_text="Your role in the team (empty for cluster admins)")
+    # What the team may ask for (docs/limits.md): classes by name; the service checks they exist.
+    allowed_priority_classes = serializers.ListField(
+        child=serializers.CharField(max_length=63),
+        required=False,
+        max_length=64,
+        help_text="Names of the priority classes its members may submit; empty = all",
+    )
+    default_priority_class = NameField(
+        slug_field="name",
+        queryset=PriorityClass.objects.all(),
+        required=False,
+        allow_null=True,
+        error_messages={"does_not_exist": "The policy defines no priority class called {value}."},
+        help_text="The class of a job submitted without one; null = the lowest allowed class",
+    )
 
     class Meta:
         model = Team
@@ -221,7 +236,7 @@ class JobSubmitSerializer(ErrorsQuoteValues, serializers.Serializer):
         required=False,
         allow_null=True,
         error_messages={"does_not_exist": "The policy defines no priority class called {value}."},
-        help_text="Default: the lowest class by weight.",
+        help_text="Default: the team's default class (docs/limits.md).",
     )
     command = serializers.CharField(required=False, allow_blank=True, default="")
     image = serializers.CharField(required=False, allow_blank=True, default="", max_length=300)

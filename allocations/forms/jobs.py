@@ -11,9 +11,9 @@ from typing import Any
 from django import forms
 
 from allocations.choices import Role
-from allocations.models import InstanceType, PriorityClass
+from allocations.models import InstanceType, PriorityClass, Team
 from allocations.services import memberships
-from allocations.services.jobs import MAX_REQUESTED_DURATION, default_priority_class
+from allocations.services.jobs import MAX_REQUESTED_DURATION, default_priority_class, team_default_class
 
 
 class JobSubmitForm(forms.Form):
@@ -38,11 +38,18 @@ class JobSubmitForm(forms.Form):
         help_text="Used to estimate when queued jobs start.",
     )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, team: Team | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        lowest = default_priority_class()
-        if lowest is not None and not self.is_bound:
-            self.initial.setdefault("priority_class", lowest.name)
+        default = team_default_class(team) if team is not None else default_priority_class()
+        if default is not None and not self.is_bound:
+            self.initial.setdefault("priority_class", default.name)
+        if team is not None:
+            # Every class stays in the list: one the team may not use is refused by the
+            # service, whose message says which the team may use (docs/limits.md).
+            allowed = ", ".join(team.allowed_priority_classes) or "all classes"
+            fallback = default.name if default else "no class"
+            field = self.fields["priority_class"]
+            field.help_text = f"{team.name} may submit: {allowed}. Empty: {fallback}."
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

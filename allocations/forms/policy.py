@@ -191,6 +191,31 @@ class TeamForm(PolicyForm):
         help_text="Only victims of at most this priority (empty: any lower priority)",
     )
 
+    # What the team may ask for (docs/limits.md).
+    allowed_priority_classes = forms.MultipleChoiceField(
+        label="Allowed priority classes",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="The classes its members may submit; none ticked = all",
+    )
+    default_priority_class = forms.ModelChoiceField(
+        label="Default priority class",
+        queryset=PriorityClass.objects.order_by("-weight", "name"),
+        to_field_name="name",
+        required=False,
+        empty_label="The lowest allowed class",
+        help_text="The class of a job submitted without one",
+    )
+    max_gpus_per_job = WholeNumberField(
+        label="Most GPUs per job", unit="GPUs", low=1, required=False, help_text="Empty: no limit"
+    )
+    max_pending_jobs_per_member = WholeNumberField(
+        label="Most pending jobs per member", low=1, required=False, help_text="Empty: no limit"
+    )
+    max_pending_jobs = WholeNumberField(
+        label="Most pending jobs of the team", low=1, required=False, help_text="Empty: no limit"
+    )
+
     class Meta:
         model = Team
         fields = list(policy_fields.TEAM_FIELDS)
@@ -215,13 +240,46 @@ class TeamForm(PolicyForm):
             ),
         }
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, limits: bool = True, **kwargs: Any) -> None:
+        """``limits=False``: without the fields of what the team may ask for (a what-if draft
+        holds only the settings the engine decides with)."""
         super().__init__(*args, **kwargs)
         # Say what the default is, not where it is written (a document the user may not have).
         self.fields["preempt_while_borrowing"].choices = [
             ("", "Default (lower-priority; never when reclaim is never)"),
             *choices.PREEMPT_WHILE_BORROWING_CHOICES,
         ]
+        if not limits:
+            for name in policy_fields.TEAM_LIMITS:
+                del self.fields[name]
+            return
+        allowed = self.fields["allowed_priority_classes"]
+        assert isinstance(allowed, forms.MultipleChoiceField)
+        allowed.choices = [(pc.name, str(pc)) for pc in PriorityClass.objects.order_by("-weight", "name")]
+        if self.instance.default_priority_class_id is not None and not self.is_bound:
+            # The field names classes by name; the instance's value is the row's id.
+            self.initial["default_priority_class"] = self.instance.default_priority_class.name
+        allowed.error_messages["invalid_choice"] = "Allowed priority classes: no class is called %(value)r."
+        self.fields["default_priority_class"].error_messages["invalid_choice"] = (
+            "Default priority class: no class is called %(value)r."
+        )
+
+    def setting_fields(self) -> list[forms.BoundField]:
+        """The visible fields but the limits: the settings card of the team page."""
+        return [f for f in self.visible_fields() if f.name not in policy_fields.TEAM_LIMITS]
+
+    def limit_fields(self) -> list[forms.BoundField]:
+        """The limits' fields (none on a draft's form): their own card of the team page."""
+        return [f for f in self.visible_fields() if f.name in policy_fields.TEAM_LIMITS]
+
+    def service_values(self) -> dict[str, Any]:
+        """The values of the fields the form shows (a draft's form has no limits)."""
+        values = {
+            name: self.cleaned_data.get(name) for name in self._meta.fields or () if name in self.fields
+        }
+        if "allowed_priority_classes" in values:
+            values["allowed_priority_classes"] = list(values["allowed_priority_classes"] or [])
+        return values
 
 
 class TeamQuotaForm(PolicyForm):

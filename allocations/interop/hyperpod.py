@@ -29,7 +29,8 @@ Mapping (POLICY.md section 1 -> SageMaker's model):
 
 Not expressible, hence a warning: lend limits, reclaim, preempt-while-borrowing and its
 maximum priority, ``lower-or-newer-equal-priority``, ``task_ranking: first-come-first-serve``,
-``queueing: strict-fifo``, more than 10 priority classes, instance types SageMaker does not know.
+``queueing: strict-fifo``, more than 10 priority classes, instance types SageMaker does not know,
+and what a team may ask for (docs/limits.md).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from allocations import bounded_json, choices
 from allocations.choices import BorrowLimitKind
 from allocations.models import Team, TeamQuota
 
-from .policy import ImportedPolicy, PolicyState, QuotaSettings, TeamSettings, read_policy
+from .policy import ImportedPolicy, PolicyState, QuotaSettings, TeamSettings, limit_warnings, read_policy
 from .shapes import Problem, check_request, join_path, shape_at
 
 FORMAT = "gpugov-hyperpod/1"
@@ -286,6 +287,7 @@ def _team_warnings(team: Team, warnings: list[str]) -> None:
         if team.preempt_while_borrowing_max_priority is not None:
             setting += f", max priority {team.preempt_while_borrowing_max_priority}"
         warnings.append(f"{team.name}: preempt_while_borrowing ({setting}) cannot be expressed in HyperPod.")
+    warnings.extend(limit_warnings(team, "HyperPod"))
     for quota in team.quotas.all():
         if quota.lend_limit is not None:
             warnings.append(

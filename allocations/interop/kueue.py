@@ -14,7 +14,8 @@ settings map one to one:
 - a priority class -> a WorkloadPriorityClass whose value is the weight.
 
 GPUs are the resource ``nvidia.com/gpu``. What Kueue configures outside these objects (fair
-sharing is a setting of Kueue's controller) or cannot express is a warning.
+sharing is a setting of Kueue's controller) or cannot express (what a team may ask for,
+docs/limits.md) is a warning.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import yaml
 from allocations.choices import BorrowLimitKind
 from allocations.models import Team, TeamQuota
 
-from .policy import PolicyState, read_policy
+from .policy import PolicyState, limit_warnings, read_policy
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 GPU = "nvidia.com/gpu"
@@ -106,6 +107,7 @@ def export_manifests(state: PolicyState | None = None) -> KueueExport:
     # 3. A ClusterQueue and a LocalQueue per team.
     for team in state.teams:
         manifests.append(_cluster_queue(state, team, cohort, warnings))
+        warnings.extend(limit_warnings(team, "Kueue"))
         manifests.append(
             {
                 "apiVersion": API_VERSION,

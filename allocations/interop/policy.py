@@ -54,9 +54,11 @@ def read_policy() -> PolicyState:
             total_gpus=Sum("gpus"), ready_gpus=Sum("gpus", filter=Q(state=NodeState.READY))
         )
     )
-    teams = Team.objects.prefetch_related(
-        Prefetch("quotas", queryset=TeamQuota.objects.select_related("instance_type"))
-    ).order_by("name")
+    teams = (
+        Team.objects.select_related("default_priority_class")
+        .prefetch_related(Prefetch("quotas", queryset=TeamQuota.objects.select_related("instance_type")))
+        .order_by("name")
+    )
     return PolicyState(
         cluster=cluster,
         policy=policy,
@@ -66,6 +68,27 @@ def read_policy() -> PolicyState:
         ready_capacity={row["instance_type__name"]: row["ready_gpus"] or 0 for row in rows},
         teams=tuple(teams),
     )
+
+
+def limit_warnings(team: Team, system: str) -> list[str]:
+    """What a team may ask for (docs/limits.md), which neither HyperPod nor Kueue can say:
+    gpugov checks it when a job is submitted, and an export carries none of it."""
+    limits = []
+    if team.allowed_priority_classes:
+        limits.append(f"allowed priority classes {', '.join(team.allowed_priority_classes)}")
+    if team.default_priority_class is not None:
+        limits.append(f"default priority class {team.default_priority_class.name}")
+    if team.max_gpus_per_job is not None:
+        limits.append(f"at most {team.max_gpus_per_job} GPUs per job")
+    if team.max_pending_jobs_per_member is not None:
+        limits.append(f"at most {team.max_pending_jobs_per_member} pending jobs per member")
+    if team.max_pending_jobs is not None:
+        limits.append(f"at most {team.max_pending_jobs} pending jobs")
+    if not limits:
+        return []
+    return [
+        f"{team.name}: {'; '.join(limits)} cannot be expressed in {system} (gpugov checks them at submission)."
+    ]
 
 
 # --- An imported policy --------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F, IntegerField, QuerySet, Value
+from django.db.models import Count, F, IntegerField, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 
 from allocations import access, engine
@@ -167,3 +167,37 @@ def queue_place(job: Job, estimates: Estimates, positions: dict[int, int]) -> Qu
     else:
         note = estimates.ahead.get(job.pk, "")
     return QueuePlace(positions.get(job.pk), start, note)
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsInForce:
+    """What a team's members may ask for (docs/limits.md) and where ``user`` stands: the team
+    and member pages show it next to the submit button."""
+
+    allowed_classes: list[str]  # empty: every class
+    default_class: str | None
+    max_gpus_per_job: int | None
+    max_pending_jobs_per_member: int | None
+    max_pending_jobs: int | None
+    pending_mine: int
+    pending_team: int
+
+
+def limits_in_force(team: Team, user: Any) -> LimitsInForce:
+    """``team``'s limits and its pending jobs (``user``'s and all), in two queries."""
+    from allocations.services.jobs import team_default_class
+
+    default = team_default_class(team)
+    pending = Job.objects.filter(team=team, state=JobState.PENDING)
+    counts = pending.aggregate(
+        team=Count("pk"), mine=Count("pk", filter=Q(submitter_id=getattr(user, "pk", None)))
+    )
+    return LimitsInForce(
+        allowed_classes=list(team.allowed_priority_classes),
+        default_class=default.name if default else None,
+        max_gpus_per_job=team.max_gpus_per_job,
+        max_pending_jobs_per_member=team.max_pending_jobs_per_member,
+        max_pending_jobs=team.max_pending_jobs,
+        pending_mine=counts["mine"],
+        pending_team=counts["team"],
+    )

@@ -39,6 +39,69 @@ def default_priority_class() -> PriorityClass | None:
     return PriorityClass.objects.order_by("weight", "name").first()
 
 
+def team_default_class(team: Team) -> PriorityClass | None:
+    """The class of a job submitted to ``team`` without one (docs/limits.md): the team's
+    default class, else the lowest of the classes it may use, else None (no class defined)."""
+    if team.default_priority_class_id is not None:
+        return team.default_priority_class
+    classes = PriorityClass.objects.order_by("weight", "name")
+    if team.allowed_priority_classes:
+        classes = classes.filter(name__in=team.allowed_priority_classes)
+    return classes.first()
+
+
+def check_team_limits(*, team: Team, user: Any, gpus: int, priority_class: PriorityClass | None) -> None:
+    """Refuse a job past what ``team`` may ask for (docs/limits.md): a class it may not use,
+    more GPUs than one job may have, or one pending job too many for the member or the team.
+
+    Call it inside the transaction that creates the job, with ``team`` read under
+    ``select_for_update``: concurrent submissions to one team then count each other's jobs.
+    Only new submissions are checked, so a limit lowered later leaves existing jobs alone."""
+    allowed = team.allowed_priority_classes
+    if priority_class is not None and allowed and priority_class.name not in allowed:
+        raise ValidationError(
+            {
+                "priority_class": (
+                    f"Team {team.name} may submit priority classes {', '.join(allowed)}; "
+                    f"this job asks for {priority_class.name}."
+                )
+            }
+        )
+    if team.max_gpus_per_job is not None and gpus > team.max_gpus_per_job:
+        raise ValidationError(
+            {
+                "gpus": (
+                    f"Team {team.name} allows at most {team.max_gpus_per_job} GPUs per job; "
+                    f"this job asks for {gpus}."
+                )
+            }
+        )
+    pending = Job.objects.filter(team=team, state=JobState.PENDING)
+    if team.max_pending_jobs is not None:
+        count = pending.count()
+        if count >= team.max_pending_jobs:
+            raise ValidationError(
+                {
+                    "__all__": f"Team {team.name} allows at most {_jobs(team.max_pending_jobs)}; it has {count} pending."
+                }
+            )
+    if team.max_pending_jobs_per_member is not None and user is not None and user.pk:
+        count = pending.filter(submitter=user).count()
+        if count >= team.max_pending_jobs_per_member:
+            raise ValidationError(
+                {
+                    "__all__": (
+                        f"Team {team.name} allows at most {_jobs(team.max_pending_jobs_per_member)} per member; "
+                        f"{_who(user)} has {count} pending."
+                    )
+                }
+            )
+
+
+def _jobs(count: int) -> str:
+    return f"{count} pending job" if count == 1 else f"{count} pending jobs"
+
+
 def check_whole_nodes(instance_type: InstanceType, gpus: int) -> None:
     """POLICY.md section 1: a job larger than one node asks for whole nodes."""
     per_node = instance_type.gpus_per_node
@@ -110,21 +173,27 @@ def job_submit(
     message: str = "",
 ) -> Job:
     """Submit a job to ``team``'s queue: validated, stored pending with a "submitted" event
-    (``message``: its text, when not the default one).
+    (``message``: its text, when not the default one). Without ``priority_class`` the job gets
+    the team's default class (``team_default_class``).
 
     Raises ``ValidationError`` keyed by field: a bad value, a multi-node job that is not whole
-    nodes (with the GPUs per node), or a job the team could never get (with the limit); and
-    ``IntegrityError`` when ``user`` already made a job with ``idempotency_key``.
+    nodes (with the GPUs per node), a job past what the team may ask for (``check_team_limits``;
+    the pending-job limits under ``__all__``), or a job the team could never get (with the
+    limit); and ``IntegrityError`` when ``user`` already made a job with ``idempotency_key``.
     """
     _check_fields(name=name, gpus=gpus, command=command, image=image, requested_duration=requested_duration)
     check_whole_nodes(instance_type, gpus)
-    if priority_class is None:
-        priority_class = default_priority_class()
     now = timezone.now()
-    check_can_ever_fit(
-        team=team, instance_type=instance_type, gpus=gpus, priority_class=priority_class, now=now
-    )
     with transaction.atomic():
+        # The team's row locked: its limits as they are now, and submissions to the team one
+        # at a time, so that two at once cannot both pass a pending-jobs limit.
+        team = Team.objects.select_for_update().get(pk=team.pk)
+        if priority_class is None:
+            priority_class = team_default_class(team)
+        check_team_limits(team=team, user=user, gpus=gpus, priority_class=priority_class)
+        check_can_ever_fit(
+            team=team, instance_type=instance_type, gpus=gpus, priority_class=priority_class, now=now
+        )
         job = Job.objects.create(
             team=team,
             submitter=user if user is not None and user.pk else None,
@@ -244,10 +313,10 @@ def _resubmitted_with(user: Any, key: str, job: Job) -> Job | None:
     earlier = Job.objects.filter(submitter=user, idempotency_key=key).first()
     if earlier is None:
         return None
-    # What job_submit makes of the copied fields (a job without a class gets the default one).
+    # What job_submit makes of the copied fields (a job without a class gets the team's default).
     priority_class_id = job.priority_class_id
     if priority_class_id is None and earlier.priority_class_id is not None:
-        default = default_priority_class()
+        default = team_default_class(Team.objects.get(pk=job.team_id))  # its limits as they are now
         priority_class_id = default.pk if default else None
     copy = (job.team_id, job.name.strip(), job.instance_type_id, job.gpus, priority_class_id)
     copy += (job.command, job.image, job.requested_duration)

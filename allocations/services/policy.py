@@ -228,7 +228,57 @@ def validate_team(values: Mapping[str, Any], current: Team | None = None) -> Non
     max_priority = values.get("preempt_while_borrowing_max_priority")
     if max_priority is not None:
         errors.whole_number("preempt_while_borrowing_max_priority", max_priority, 0, 100, "Maximum priority")
+    _check_team_limits(errors, values)
     errors.raise_if_any()
+
+
+# The limits of what a team may ask for (docs/limits.md), as their errors name them.
+TEAM_LIMIT_WORDS = {
+    "max_gpus_per_job": "Most GPUs per job",
+    "max_pending_jobs_per_member": "Most pending jobs per member",
+    "max_pending_jobs": "Most pending jobs of the team",
+}
+
+
+def _check_team_limits(errors: _Errors, values: Mapping[str, Any]) -> None:
+    """A team's allowed classes (names of existing classes, empty = all), its default class
+    (one of them) and its numeric limits (1 or more, or none)."""
+    allowed = values.get("allowed_priority_classes") or []
+    allowed_ok = True
+    if not isinstance(allowed, list) or not all(isinstance(name, str) for name in allowed):
+        errors.add(
+            "allowed_priority_classes",
+            f"Allowed priority classes must be a list of class names; got {allowed!r}.",
+        )
+        allowed_ok = False
+    else:
+        known = set(PriorityClass.objects.filter(name__in=allowed).values_list("name", flat=True))
+        unknown = [name for name in allowed if name not in known]
+        if unknown:
+            errors.add(
+                "allowed_priority_classes",
+                f"Allowed priority classes: no class is called {', '.join(map(repr, unknown))}.",
+            )
+            allowed_ok = False
+        elif len(set(allowed)) != len(allowed):
+            errors.add(
+                "allowed_priority_classes", f"Allowed priority classes name a class twice; got {allowed!r}."
+            )
+            allowed_ok = False
+    default = values.get("default_priority_class")
+    if default is not None and not isinstance(default, PriorityClass):
+        errors.add(
+            "default_priority_class", f"Default priority class must be a priority class; got {default!r}."
+        )
+    elif default is not None and allowed_ok and allowed and default.name not in allowed:
+        errors.add(
+            "default_priority_class",
+            f"Default priority class {default.name!r} is not one the team may use ({', '.join(allowed)}).",
+        )
+    for field, what in TEAM_LIMIT_WORDS.items():
+        limit = values.get(field)
+        if limit is not None:
+            errors.whole_number(field, limit, 1, MAX_GPU_COUNT, what, "GPUs" if "gpus" in field else "jobs")
 
 
 def validate_quota(values: Mapping[str, Any]) -> None:
@@ -539,13 +589,40 @@ def priority_class_create(*, actor: Any, name: str, weight: int, description: st
 
 @_policy_write
 def priority_class_update(*, actor: Any, priority_class: PriorityClass, **changes: Any) -> PriorityClass:
-    return _update(actor=actor, kind=_PRIORITY_CLASS, obj=priority_class, changes=changes)
+    """Change a priority class; a new name follows into the teams' allowed classes (audited)."""
+    old_name = _lock(priority_class).name
+    updated = _update(actor=actor, kind=_PRIORITY_CLASS, obj=priority_class, changes=changes)
+    if updated.name != old_name:
+        # In Python: SQLite has no containment lookup on JSON, and teams are few.
+        for team in [t for t in Team.objects.select_for_update() if old_name in t.allowed_priority_classes]:
+            renamed = [updated.name if name == old_name else name for name in team.allowed_priority_classes]
+            _update(actor=actor, kind=_TEAM, obj=team, changes={"allowed_priority_classes": renamed})
+    return updated
 
 
 @_policy_write
 def priority_class_delete(*, actor: Any, priority_class: PriorityClass) -> None:
-    """Delete a priority class; its jobs keep running with priority 0 (POLICY.md section 1)."""
-    _delete(actor=actor, kind=_PRIORITY_CLASS, locked=_lock(priority_class))
+    """Delete a priority class; its jobs keep running with priority 0 (POLICY.md section 1).
+
+    A class a team's limits name is refused: dropped from a team's allowed classes it could
+    leave none, which means all (docs/limits.md)."""
+    locked = _lock(priority_class)
+    teams = sorted(
+        {
+            *(t.name for t in Team.objects.all() if locked.name in t.allowed_priority_classes),
+            *Team.objects.filter(default_priority_class=locked).values_list("name", flat=True),
+        }
+    )
+    if teams:
+        raise ValidationError(
+            {
+                "__all__": (
+                    f"{locked.name} cannot be deleted: team(s) {', '.join(teams)} may use it or have it as "
+                    "their default class. Change their limits first."
+                )
+            }
+        )
+    _delete(actor=actor, kind=_PRIORITY_CLASS, locked=locked)
 
 
 # --- Cluster and its policy ---------------------------------------------------------------------

@@ -81,6 +81,7 @@ def _queue_context(request: HttpRequest, team: Team) -> dict[str, Any]:
             if access.can_manage_job(request.user, row.job)
         },
         "live_interval": LIVE_INTERVAL_MS,
+        "limits": job_selectors.limits_in_force(team, request.user),
     }
 
 
@@ -96,7 +97,7 @@ def team_queue(request: HttpRequest, team: str, live: bool = False) -> HttpRespo
 def job_submit(request: HttpRequest, team: str) -> HttpResponse:
     obj = _team(request, team)
     access.require(access.can_submit(request.user, obj), f"Viewers of {obj.name} cannot submit jobs.")
-    form = JobSubmitForm(request.POST or None)
+    form = JobSubmitForm(request.POST or None, team=obj)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -117,7 +118,8 @@ def job_submit(request: HttpRequest, team: str) -> HttpResponse:
             messages.success(request, f"Job {job.name} (#{job.pk}) submitted.")
             return redirect("allocations:job_detail", pk=job.pk)
     status = 400 if request.method == "POST" else 200
-    context = {"team": obj, "form": form, **_free_capacity(request)}
+    context = {"team": obj, "form": form, "limits": job_selectors.limits_in_force(obj, request.user)}
+    context.update(_free_capacity(request))
     return render(request, "teams/submit.html", context, status=status)
 
 

@@ -161,7 +161,8 @@ def draft_team(request: HttpRequest, pk: int, name: str) -> HttpResponse:
     team = bodies.team_row(draft.body, name)
     if team is None:
         raise Http404(f"The draft has no team {name!r}.")
-    form = policy_forms.TeamForm(request.POST or None, instance=team)
+    # A draft holds what the engine decides with; a team's limits are checked at submission.
+    form = policy_forms.TeamForm(request.POST or None, instance=team, limits=False)
     form.fields["name"].disabled = True  # a renamed team would be another team
     instance_types = list(InstanceType.objects.order_by("name"))
     quotas = policy_forms.TeamQuotaFormSet(

@@ -71,6 +71,18 @@ CASES: list[tuple[Any, tuple[str, ...], Any, str, Any, str]] = [
         50,
         "50",
     ),
+    # What a team may ask for (docs/limits.md).
+    (
+        services.team_update,
+        policy_fields.TEAM_FIELDS,
+        _team,
+        "allowed_priority_classes",
+        ["training", "experimentation"],
+        '["training", "experimentation"]',
+    ),
+    (services.team_update, policy_fields.TEAM_FIELDS, _team, "max_gpus_per_job", 16, "16"),
+    (services.team_update, policy_fields.TEAM_FIELDS, _team, "max_pending_jobs_per_member", 5, "5"),
+    (services.team_update, policy_fields.TEAM_FIELDS, _team, "max_pending_jobs", 20, "20"),
     (services.team_quota_set, policy_fields.QUOTA_FIELDS, _quota, "quota", 4, "4"),
     (
         services.team_quota_set,
@@ -190,7 +202,9 @@ CASES: list[tuple[Any, tuple[str, ...], Any, str, Any, str]] = [
 # Fields whose change needs another one set with it (a rule), audited in their own tests:
 # borrow_limit only counts with the absolute kind; backend_kind slurm needs its settings;
 # a node's instance_type must hold its GPUs.
+# default_priority_class's value is a row, audited in its own test below.
 COMBINED = {
+    ("team_update", "default_priority_class"),
     ("team_quota_set", "borrow_limit"),
     ("cluster_update", "backend_kind"),
     ("node_update", "instance_type"),
@@ -242,6 +256,16 @@ def test_combined_changes_are_audited_field_by_field(personas):
         ("instance_type", audit.value_text(other)),
         ("gpus", "4"),
     }
+
+
+def test_a_teams_default_class_is_audited_by_name(personas):
+    """docs/limits.md: the team's default class is in the trail with its name and weight."""
+    AuditEntry.objects.all().delete()
+    training = personas.priority_classes["training"]
+    services.team_update(actor=personas.cluster_admin, team=personas.team, default_priority_class=training)
+    assert list(AuditEntry.objects.values_list("field", "old_value", "new_value")) == [
+        ("default_priority_class", "(none)", "training (70)")
+    ]
 
 
 def test_an_unchanged_save_writes_nothing(personas):
