@@ -201,8 +201,12 @@ class _Team:
         self.version = 0
         self.blocked: str | None = None  # strict FIFO: the id of the head that waits
         # lower-or-newer-equal-priority: a job's candidates depend on its own submit time, so
-        # no two of its jobs share a decision.
-        self.lone = state.team.preempt_team_tasks == PreemptTeamTasks.LOWER_OR_NEWER_EQUAL_PRIORITY
+        # no two of its jobs share a decision; nor under a limit per member, where twins of
+        # different members do not (``CycleState.member_limit``).
+        self.lone = (
+            state.team.preempt_team_tasks == PreemptTeamTasks.LOWER_OR_NEWER_EQUAL_PRIORITY
+            or state.members is not None
+        )
         # Consumed, not yet final (``LogEntry``).
         self.log: list[LogEntry] = []
         # The shapes by the order key of their next job: (minus its priority, the items of its
@@ -621,6 +625,13 @@ class BatchedCycle:
         teams whose rank changed."""
         state = self.state
         memory = self.memory
+        if rec.team.members is not None:
+            # Its submitter at the team's limit per member: it waits, and blocks nobody, even
+            # under strict FIFO (docs/limits.md).
+            capped = state.member_limit(rec)
+            if capped is not None:
+                self.pending[rec.job.id] = capped
+                return set()
         # 3.3: the winner is admitted if it fits.
         if state.fits(rec):
             self._start(rec)

@@ -47,7 +47,8 @@ counters above.
    counter where that input moves (``state.CycleState``), or the fact gets a field here that
    ``remember`` records and ``recall`` compares;
 4. if it makes jobs of one shape decide differently (as ``lower-or-newer-equal-priority``
-   does), the team is ``lone`` (``cycle._Team``);
+   and ``max_running_gpus_per_member``, whose twins of two members differ, do), the team is
+   ``lone`` (``cycle._Team``);
 5. a ``Session`` rebuilds whenever ``snapshot.teams`` is another object, so a changed setting
    never meets an old memory across cycles;
 6. a case in ``tests/engine/test_shortcuts.py``'s generator (``busy_cluster``) draws it, so the

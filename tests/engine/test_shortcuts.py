@@ -11,6 +11,7 @@ preemptions abound, both must give the same plan, reasons included.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -39,9 +40,14 @@ from . import reference
 CLASSES = (PriorityClass("low", 10), PriorityClass("mid", 20), PriorityClass("high", 30))
 
 
-def busy_cluster(rng: random.Random, policy: ClusterPolicy) -> Snapshot:
+MEMBERS = ("ann", "bob", "cy")
+
+
+def busy_cluster(rng: random.Random, policy: ClusterPolicy, members: bool = False) -> Snapshot:
     """Two instance types, quotas near capacity, nodes nearly full of jobs of random teams (so
-    some teams borrow a lot), and many pending jobs of few shapes."""
+    some teams borrow a lot), and many pending jobs of few shapes. With ``members``, also
+    limits of running GPUs per member on some teams and a submitter (or none) on each job,
+    drawn after the rest so that the clusters without are those drawn before."""
     types = (InstanceType("big", 8), InstanceType("small", 4))
     nodes = [
         Node(f"{it.name}-{k:02d}", it.name, it.gpus_per_node, rng.random() > 0.05)
@@ -110,6 +116,9 @@ def busy_cluster(rng: random.Random, policy: ClusterPolicy) -> Snapshot:
                 last_preempted_at=-1.0,
             )
         )
+    if members:
+        teams = [replace(t, max_running_gpus_per_member=rng.choice([None, 1, 2, 4, 6, 8, 16])) for t in teams]
+        jobs = [replace(j, submitter=rng.choice((None, *MEMBERS, "ann"))) for j in jobs]
     return Snapshot(types, tuple(nodes), tuple(teams), policy, tuple(jobs))
 
 
@@ -127,6 +136,45 @@ def test_shortcuts_and_batches_never_change_the_plan(
     policy = ClusterPolicy(idle, ranking, share_unallocated, queueing, CLASSES)
     snapshot = busy_cluster(random.Random(seed), policy)
     assert allocate(snapshot, 0.0) == reference.allocate(snapshot, 0.0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    idle=st.sampled_from(list(IdleAllocation)),
+    ranking=st.sampled_from(list(TaskRanking)),
+    queueing=st.sampled_from(list(Queueing)),
+    share_unallocated=st.booleans(),
+)
+def test_limits_per_member_never_change_the_plan_of_the_reference(
+    seed: int, idle: IdleAllocation, ranking: TaskRanking, queueing: Queueing, share_unallocated: bool
+) -> None:
+    """Teams limiting the GPUs each member runs decide their jobs one by one (twins of two
+    members do not share a decision, memory.py's checklist): the plan is still the
+    reference's, reasons included."""
+    policy = ClusterPolicy(idle, ranking, share_unallocated, queueing, CLASSES)
+    snapshot = busy_cluster(random.Random(seed), policy, members=True)
+    assert allocate(snapshot, 0.0) == reference.allocate(snapshot, 0.0)
+
+
+def test_busy_clusters_with_members_exercise_the_limit() -> None:
+    """The generator with members makes jobs wait at the limit per member, and others of the
+    same teams start beside them."""
+    capped = started = 0
+    for seed in range(20):
+        snapshot = busy_cluster(random.Random(seed), ClusterPolicy(priority_classes=CLASSES), members=True)
+        plan = allocate(snapshot, 0.0)
+        limited = {t.name for t in snapshot.teams if t.max_running_gpus_per_member is not None}
+        capped += sum(r.code == "member-limit" for r in plan.pending.values())
+        started += sum(
+            1 for s in plan.starts if s.job_id.startswith("p") and _team_of(snapshot, s.job_id) in limited
+        )
+    assert capped > 20
+    assert started > 20
+
+
+def _team_of(snapshot: Snapshot, job_id: str) -> str:
+    return next(j.team for j in snapshot.jobs if j.id == job_id)
 
 
 def test_busy_clusters_exercise_preemption() -> None:
