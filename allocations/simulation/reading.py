@@ -46,6 +46,7 @@ class ScenarioJob:
     priority: str | None = None
     running_since: float | None = None
     path: str = ""  # where it came from, for messages: "jobs[3]" or "jobs_csv line 17"
+    submitter: str | None = None  # who submitted it (the team's limit per member)
 
 
 def job_field(job: ScenarioJob, name: str) -> str:

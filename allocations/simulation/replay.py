@@ -154,6 +154,7 @@ class _Run:
             priority_class=s.priority,
             preemptions=self.preemptions,
             last_preempted_at=self.last_preempted_at,
+            submitter=s.submitter,
         )
 
 
@@ -383,6 +384,7 @@ class Replay:
                 submit_time=map(attrgetter("submit"), specs),
                 seq=seqs,
                 priority_class=map(attrgetter("priority"), specs),
+                submitter=map(attrgetter("submitter"), specs),
             )
         for run, job in zip(runs, jobs, strict=True):
             run.state = PENDING

@@ -105,7 +105,17 @@ class Scenario:
 # --------------------------------------------------------------------------------------------
 # Jobs
 
-JOB_KEYS = ("id", "team", "gpus", "instance_type", "priority", "submit", "duration", "running_since")
+JOB_KEYS = (
+    "id",
+    "team",
+    "gpus",
+    "instance_type",
+    "priority",
+    "submit",
+    "duration",
+    "running_since",
+    "submitter",
+)
 
 
 def _read_job(
@@ -149,6 +159,9 @@ def _read_job(
             priority,
         )
     submit = r.number(job.get("submit", 0), f"{path}.submit")
+    submitter = job.get("submitter")
+    if submitter is not None:
+        submitter = r.text(submitter, f"{path}.submitter")
     duration = job.get("duration")
     if duration is not None:
         duration = r.number(duration, f"{path}.duration", minimum=0, what="a number of seconds")
@@ -178,6 +191,7 @@ def _read_job(
         priority=priority,
         running_since=running_since,
         path=path,
+        submitter=submitter,
     )
 
 

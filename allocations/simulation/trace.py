@@ -24,7 +24,7 @@ from .reading import Reader, ScenarioJob, default_type
 
 # Unusable trace rows quoted per kind in the skip report.
 SKIP_EXAMPLES = 3
-TRACE_COLUMNS = ("id", "team", "gpus", "submit", "duration", "priority", "instance_type")
+TRACE_COLUMNS = ("id", "team", "gpus", "submit", "duration", "priority", "instance_type", "submitter")
 _NOT_IN_TEAM_NAMES = re.compile(r"[^a-z0-9-]+")
 
 
@@ -106,6 +106,7 @@ class _Rows:
         index = self.index
         gpus_at, submit_at, duration_at, team_at = (index[k] for k in ("gpus", "submit", "duration", "team"))
         id_at, priority_at, type_at = index.get("id"), index.get("priority"), index.get("instance_type")
+        submitter_at = index.get("submitter")
         width = max(index.values()) + 1
         # The distinct cell values judged so far: the GPUs (with the instance type) to the GPUs
         # of a usable row, else 0; the team values to a known team, else ""; the priority
@@ -156,7 +157,8 @@ class _Rows:
                 self.judge_row(line, row)
                 continue
             assert instance_type is not None  # a usable row's type is known (``_usable_gpus``)
-            self._take(line, job_id, team, instance_type, gpus, submit, duration, priority)
+            submitter = row[submitter_at].strip() or None if submitter_at is not None else None
+            self._take(line, job_id, team, instance_type, gpus, submit, duration, priority, submitter)
 
     def _usable_gpus(self, text: str, instance_type: str | None) -> int:
         """The GPUs of a row whose GPUs cell is ``text``, or 0 when that cell (or the instance
@@ -234,7 +236,8 @@ class _Rows:
                 if priority is not None and not self._known_class(priority):
                     self.skip("of an unknown priority class", line, columns["priority"], values["priority"])
                     return
-            self._take(line, job_id, team, instance_type, gpus, submit, duration, priority)  # type: ignore[arg-type]
+            submitter = values.get("submitter") or None
+            self._take(line, job_id, team, instance_type, gpus, submit, duration, priority, submitter)  # type: ignore[arg-type]
 
     def _take(
         self,
@@ -246,8 +249,10 @@ class _Rows:
         submit: float,
         duration: float | None,
         priority: str | None,
+        submitter: str | None = None,
     ) -> None:
-        """The job of a usable row: both ways end here, so they give the same jobs."""
+        """The job of a usable row: both ways end here, so they give the same jobs. An empty
+        submitter cell is a job of nobody in particular."""
         self.seen.add(job_id)
         self.jobs.append(
             ScenarioJob(
@@ -260,6 +265,7 @@ class _Rows:
                 seq=self.first_seq + len(self.jobs),
                 priority=priority,
                 path=f"jobs_csv line {line}",
+                submitter=submitter,
             )
         )
 
