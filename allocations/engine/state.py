@@ -552,19 +552,25 @@ class CycleState:
         type, with this job's, must stay within the limit; a job with no submitter is not held
         to it. Tested before the fit test: such a job neither starts, nor looks for victims,
         nor holds its team's quota."""
-        members = rec.team.members
         who = rec.job.submitter
-        if members is None or who is None:
+        if rec.team.members is None or who is None:
             return None
-        cap = rec.team.team.max_running_gpus_per_member
+        return self.member_reason(rec.team, who, rec.gpus)
+
+    def member_reason(self, team: TeamState, who: str, gpus: int) -> PendingReason | None:
+        """``member_limit`` for a job of ``gpus`` GPUs submitted by ``who`` to ``team``."""
+        members = team.members
+        cap = team.team.max_running_gpus_per_member
+        if members is None or cap is None:
+            return None
         running = members.get(who, 0)
-        after = running + rec.gpus
-        if cap is None or after <= cap:
+        after = running + gpus
+        if after <= cap:
             return None
         return PendingReason(
             PendingCode.MEMBER_LIMIT,
-            f"member {who} runs {_gpus(running)} in team {rec.team.team.name}; with this job's "
-            f"{rec.gpus} that would be {after}, above the team's limit of {cap} GPUs running per member",
+            f"member {who} runs {_gpus(running)} in team {team.team.name}; with this job's "
+            f"{gpus} that would be {after}, above the team's limit of {cap} GPUs running per member",
         )
 
     def pool_available(self, tt: TeamType, ts: TypeState) -> int:

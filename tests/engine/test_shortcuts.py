@@ -255,3 +255,26 @@ def test_a_failed_search_is_tried_again_once_a_team_borrowing_there_loses_a_job_
     this cluster then leaves p194 waiting, where the cycle without shortcuts takes r0, r6, r10,
     r16 and r18."""
     assert victims_of(fair_share_plan(1718, False), "p194") == {"r0", "r6", "r10", "r16", "r18"}
+
+
+def test_a_capped_teams_waiting_twins_are_decided_as_runs_each_held_to_the_limit() -> None:
+    """A limit per member is tested before anything else, so a capped team's twins still share
+    their shape's failure (memory.py's checklist): the cycle consumes them as runs, not one by
+    one, giving each member's jobs at the limit ``member-limit`` instead; the reference agrees."""
+    teams = (Team("a", {"big": Quota(quota=8, borrow_limit_percent=0)}, max_running_gpus_per_member=4),)
+    jobs = [
+        Job("r0", "a", "big", 4, -10.0, seq=0, nodes=(("n0", 4),), started_at=-10.0, submitter="ann"),
+        Job("r1", "a", "big", 4, -10.0, seq=1, nodes=(("n0", 4),), started_at=-10.0, submitter="bob"),
+    ]
+    jobs += [
+        Job(f"p{k}", "a", "big", 1, float(k), seq=10 + k, submitter=("ann", "cy")[k % 2]) for k in range(60)
+    ]
+    snapshot = Snapshot(
+        (InstanceType("big", 8),), (Node("n0", "big", 8),), teams, ClusterPolicy(), tuple(jobs)
+    )
+    plan = allocate(snapshot, 0.0)
+    assert plan == reference.allocate(snapshot, 0.0)
+    runs, singles, _ = plan.pending.parts()
+    assert len(singles) <= 2 and sum(len(ids) for ids, _ in runs) >= 58
+    codes = {plan.pending[f"p{k}"].code.value for k in range(60)}
+    assert codes == {"member-limit", "waiting-for-quota"}
