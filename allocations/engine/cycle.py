@@ -86,6 +86,7 @@ from .state import (
     JobRecord,
     NeverFitJudge,
     TeamState,
+    VictimKey,
     inactive_reason,
 )
 
@@ -395,9 +396,10 @@ class Queues:
         self.quiet_added = None
         rec = self.state.record(job)
         tt = rec.tt
-        tt.candidates.pop()
-        insort(tt.candidates, rec, key=_victim_key)
-        tt.cand_version += 1
+        if rec.protected_until == float("-inf"):
+            tt.candidates.pop()
+            insort(tt.candidates, rec, key=_victim_key)
+            tt.cand_version += 1
         rec.ts.touch(rec.team.index)
         rec.ts.placement.take(job.nodes)
         return rec
@@ -407,7 +409,10 @@ class Queues:
         self.quiet_added = None
         self.state.remove(rec)
         tt = rec.tt
-        tt.drop_candidate(rec)
+        if rec.protected_until > float("-inf"):
+            rec.ts.protected.remove(rec)
+        else:
+            tt.drop_candidate(rec)
         rec.ts.touch(rec.team.index)
         if rec.gpus >= tt.cand_max:
             tt.cand_max = max((c.gpus for c in tt.candidates), default=0)
@@ -824,7 +829,7 @@ class BatchedCycle:
             tt.cand_gpus[rec.priority] += rec.gpus
 
 
-def _victim_key(rec: JobRecord) -> tuple[int, float, int, int, str]:
+def _victim_key(rec: JobRecord) -> VictimKey:
     return rec.victim_key
 
 
