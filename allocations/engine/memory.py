@@ -31,7 +31,7 @@ Each fact and what it depends on (its inputs; the counters are kept by the accou
 | a failed search of ``Memory.search`` | as ``SEARCHED`` or ``SHARE_BOUND``, for the same shape, within-quota side and (fair share) own share |
 | a reason's figures (``Failure.reason_at``) | nothing changed on its type (``TypeState.version``) |
 | any failure on a type with jobs protected by their minimum runtime (``TypeState.protected``) | only at its epoch: its reason may be ``min-runtime``, which reads the whole state (``preemption.min_runtime_reason``); never carried |
-| a ``Session``'s state once a job was protected or checkpointed in it (``CycleState.timed``) | the same ``now``: protections end and checkpoints reorder victims with time (``Session._update`` builds again) |
+| a ``Session``'s state once a job was protected or checkpointed in it (``CycleState.timed``) | the same ``now``: at a new one ``Queues.advance`` makes ended protections candidates, reorders checkpointed ones and moves the epochs of the types it touched |
 | ``FollowOn``, ``Queues.epoch_base`` (a session) | the next snapshot is this plan applied and nothing else; teams, policy and nodes are the very same objects (``Session._update``) |
 
 A job protected by its minimum runtime (docs/preemption.md 1) is no candidate at all, and the

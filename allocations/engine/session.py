@@ -117,13 +117,13 @@ class Session:
             or snapshot.teams is not last.teams
             or snapshot.policy is not last.policy
             or now < queues.now
-            # docs/preemption.md 1 and 3: minimum runtimes end and checkpoints move the victim
-            # order with time; such a state is built again at every new instant.
-            or (now != queues.now and queues.state.timed)
         ):
             return False
+        # docs/preemption.md 1 and 3: minimum runtimes end and checkpoints move the victim
+        # order with time (``Queues.advance``); running jobs added below are judged at ``now``.
+        if now != queues.now and queues.state.timed:
+            queues.advance(now)
         queues.now = now
-        # Running jobs added below are judged at this instant (their minimum runtime).
         queues.state.now = now
         jobs = snapshot.jobs
         if jobs is not last.jobs:

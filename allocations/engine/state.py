@@ -539,7 +539,7 @@ class CycleState:
             self.protect(rec)
             return
         rec.tt.candidates.append(rec)
-        self._counted(rec)
+        self.counted(rec)
 
     def protect(self, rec: JobRecord) -> None:
         """docs/preemption.md 1: a running job that has not run its minimum runtime is no
@@ -548,7 +548,7 @@ class CycleState:
         rec.ts.protected.append(rec)
         self.timed = True
 
-    def _counted(self, rec: JobRecord) -> None:
+    def counted(self, rec: JobRecord) -> None:
         """Count a candidate just put in its team's list."""
         tt = rec.tt
         tt.cand_version += 1
@@ -641,7 +641,7 @@ class CycleState:
             self.protect(rec)
         else:
             insort(tt.candidates, rec, key=_victim_key)
-            self._counted(rec)
+            self.counted(rec)
         if team.borrowed > borrowed:
             # Its share rose: its candidates may now be taken where it borrows.
             for name, team_tt in team.per_type.items():

@@ -190,7 +190,7 @@ def _applied(snapshot: Snapshot, plan: Plan, now: float, serial: int) -> Snapsho
     return dataclasses.replace(snapshot, jobs=tuple(jobs.values()))
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(30))
 def test_a_session_follows_minimum_runtimes_ending_over_time(seed: int) -> None:
     """A ``Session`` kept over instants gives ``allocate``'s plan when protections end and
     checkpoints move the victim order between its cycles (it builds again at a new instant)."""
