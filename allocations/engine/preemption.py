@@ -821,8 +821,10 @@ def min_runtime_reason(state: CycleState, rec: JobRecord) -> PendingReason | Non
     be taken ("reclaims 8 GPUs from speech's job 4121 in 6 min: minimum runtime").
 
     The state is left as it was: the protected jobs are candidates only during this search, and
-    its victims are given back. Run without the bounds before a search (``state.shortcuts``):
-    the kept bounds count the candidates as they were."""
+    its victims are given back. The bounds before a search read kept figures, which are made
+    again for the candidates of this search and after it: the lists of other teams' candidates
+    (``TypeState.touch``), what they could free (the type's ``version``) and the highest shares
+    among them (``share_version``)."""
     ts = rec.ts
     protected = ts.protected
     if not protected:
@@ -836,22 +838,21 @@ def min_runtime_reason(state: CycleState, rec: JobRecord) -> PendingReason | Non
         tt.cand_max = max(tt.cand_max, p.gpus)
         tt.cand_version += 1
         ts.touch(p.team.index)
-    shortcuts = state.shortcuts
-    state.shortcuts = False
-    ts.version += 1  # what the kept candidate lists could free is made again (``Borrowers``)
+    ts.version += 1
+    state.share_version += 1
     try:
         victims = _fair_share(state, rec).victims if state.fair_share else _first_come_first_serve(state, rec)
         if victims is not None:
             for victim, _ in victims:
                 state.restore(victim)
     finally:
-        state.shortcuts = shortcuts
         for p in protected:
             p.tt.drop_candidate(p)
             ts.touch(p.team.index)
         for tt, cand_max in reversed(maxes):
             tt.cand_max = cand_max
         ts.version += 1
+        state.share_version += 1
     if victims is None:
         return None
     now = state.now
