@@ -34,6 +34,7 @@ from allocations.engine import (
     TaskRanking,
     Team,
     allocate,
+    min_runtime_of,
 )
 from allocations.engine.session import Session
 
@@ -201,6 +202,12 @@ def test_a_session_follows_minimum_runtimes_ending_over_time(seed: int) -> None:
     for serial, now in enumerate((0.0, 0.0, 50.0, 50.0, 130.0, 300.0, 300.0, 460.0), start=1):
         plan = session(snapshot, now)
         assert plan == allocate(snapshot, now) == reference.allocate(snapshot, now)
+        # docs/preemption.md 6: no job is preempted before its minimum runtime.
+        jobs = {j.id: j for j in snapshot.jobs}
+        for p in plan.preemptions:
+            victim = jobs[p.job_id]
+            assert victim.started_at is not None
+            assert now - victim.started_at >= min_runtime_of(snapshot.policy, victim), p
         snapshot = _applied(snapshot, plan, now, serial)
 
 
