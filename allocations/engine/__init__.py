@@ -38,6 +38,9 @@ from .snapshot import (  # noqa: E402
     Start,
     TaskRanking,
     Team,
+    last_checkpoint_s,
+    lost_work_s,
+    min_runtime_of,
 )
 from .state import never_fits  # noqa: E402
 
@@ -70,5 +73,8 @@ __all__ = [
     "Team",
     "allocate",
     "job_priority",
+    "last_checkpoint_s",
+    "lost_work_s",
+    "min_runtime_of",
     "never_fits",
 ]

@@ -69,6 +69,7 @@ class PendingCode(StrEnum):
     CAPACITY_LOST = "capacity-lost"
     NO_IDLE_CAPACITY = "no-idle-capacity"
     FRAGMENTED = "fragmented"
+    MIN_RUNTIME = "min-runtime"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +118,7 @@ class Team:
 class PriorityClass:
     name: str
     weight: int
+    min_runtime_s: float | None = None  # None: the policy's
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +128,7 @@ class ClusterPolicy:
     share_unallocated: bool = True
     queueing: Queueing = Queueing.BEST_EFFORT_FIFO
     priority_classes: tuple[PriorityClass, ...] = ()
+    min_runtime_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +154,39 @@ class Job:
     # Back-off (POLICY.md 3.5): how often it has been preempted, and when last.
     preemptions: int = 0
     last_preempted_at: float | None = None
+    checkpoint_interval_s: float | None = None  # None or 0: no checkpoints
+    progress_kept_s: float = 0.0
 
     @property
     def running(self) -> bool:
         return bool(self.nodes)
+
+
+def min_runtime_of(policy: ClusterPolicy, job: Job) -> float:
+    """The job's class's minimum runtime, else the policy's."""
+    for priority_class in policy.priority_classes:
+        if priority_class.name == job.priority_class and priority_class.min_runtime_s is not None:
+            return priority_class.min_runtime_s
+    return policy.min_runtime_s
+
+
+def lost_work_s(job: Job, now: float) -> float:
+    """Seconds of work a preemption at ``now`` throws away: since the last checkpoint, or
+    since the start without checkpoints."""
+    if job.started_at is None:
+        return 0.0
+    ran = max(0.0, now - job.started_at)
+    interval = job.checkpoint_interval_s
+    if not interval:
+        return ran
+    return ran % interval
+
+
+def last_checkpoint_s(job: Job, now: float) -> float:
+    """Seconds of this run kept by its last checkpoint."""
+    if job.started_at is None:
+        return 0.0
+    return max(0.0, now - job.started_at) - lost_work_s(job, now)
 
 
 @dataclass(frozen=True, slots=True)
