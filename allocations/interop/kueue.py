@@ -14,7 +14,8 @@ settings map one to one:
 - a priority class -> a WorkloadPriorityClass whose value is the weight.
 
 GPUs are the resource ``nvidia.com/gpu``. What Kueue configures outside these objects (fair
-sharing is a setting of Kueue's controller) or cannot express is a warning.
+sharing is a setting of Kueue's controller) or cannot express (minimum runtimes, docs/
+preemption.md section 1) is a warning.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import yaml
 from allocations.choices import BorrowLimitKind
 from allocations.models import Team, TeamQuota
 
-from .policy import PolicyState, read_policy
+from .policy import PolicyState, preemption_cost_warnings, read_policy
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 GPU = "nvidia.com/gpu"
@@ -128,6 +129,7 @@ def export_manifests(state: PolicyState | None = None) -> KueueExport:
         manifests.append(manifest)
 
     _policy_warnings(state, warnings)
+    warnings += preemption_cost_warnings(state, "Kueue")
     problems = [problem for manifest in manifests for problem in structural_problems(manifest)]
     return KueueExport(manifests=manifests, warnings=warnings, problems=problems)
 
