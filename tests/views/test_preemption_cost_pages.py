@@ -171,3 +171,16 @@ def test_the_min_runtime_reason_has_plain_words(personas):
     html = client_for(personas.member).get(f"/jobs/{job.pk}/").content.decode()
     assert unescape(PENDING_CODE_WORDS["min-runtime"]) in unescape(html)
     assert "minimum runtime" in PENDING_CODE_WORDS["min-runtime"]
+
+
+def test_the_queue_page_says_the_min_runtime_code_in_plain_words(personas):
+    f.make_job(
+        personas.team,
+        personas.instance_type,
+        8,
+        submitter=personas.member,
+        pending_reason_code="min-runtime",
+        pending_reason_message="reclaims 8 GPUs from team-b's job 7 in 6 min: minimum runtime",
+    )
+    html = unescape(client_for(personas.member).get("/teams/team-a/").content.decode())
+    assert f'<code title="{PENDING_CODE_WORDS["min-runtime"]}">min-runtime</code>' in html
