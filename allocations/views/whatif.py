@@ -116,7 +116,9 @@ def draft_detail(request: HttpRequest, pk: int) -> HttpResponse:
         if any(pc["name"] == name for pc in body["priority_classes"]):
             new_class.add_error("name", f"The draft already has a priority class named {name!r}.")
         else:
-            new_body = bodies.with_priority_class(body, name, new_class.cleaned_data["weight"])
+            new_body = bodies.with_priority_class(
+                body, name, new_class.cleaned_data["weight"], new_class.cleaned_data.get("min_runtime_s")
+            )
     elif which and which.startswith("class:"):
         name = which.split(":", 1)[1]
         form = next((f for f in class_forms if f.instance.name == name), None)
@@ -125,7 +127,9 @@ def draft_detail(request: HttpRequest, pk: int) -> HttpResponse:
         if request.POST.get("action") == "delete":
             new_body = bodies.with_priority_class(body, name, None)
         elif form.is_valid():
-            new_body = bodies.with_priority_class(body, name, form.cleaned_data["weight"])
+            new_body = bodies.with_priority_class(
+                body, name, form.cleaned_data["weight"], form.cleaned_data.get("min_runtime_s")
+            )
     elif which == "name" and name_form.is_valid():
         try:
             services.draft_rename(draft=draft, name=name_form.cleaned_data["name"])
