@@ -318,6 +318,7 @@ class Job(models.Model):
     start_seq = models.BigIntegerField(default=0)
     preemption_count = models.PositiveIntegerField(default=0)
     last_preempted_at = models.DateTimeField(null=True, blank=True)
+    lost_gpu_seconds = models.FloatField(default=0)
     external_id = models.CharField(max_length=100, blank=True, help_text="The backend's id of the job")
     # The key a resubmit carried (the API's Idempotency-Key header, the form's one-time token),
     # empty without one: the same key from the same submitter gives back this job.
@@ -359,6 +360,8 @@ class JobEvent(models.Model):
     reason = models.CharField(max_length=32, blank=True)
     preemptor = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     message = models.CharField(max_length=500, blank=True)
+    ran_s = models.FloatField(null=True, blank=True)
+    lost_gpu_seconds = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["at", "id"]
