@@ -65,6 +65,9 @@ RAN_FIELDS: dict[str, tuple[float, str]] = {
     "10-60 min": (3600.0, "preempted_ran_10_to_60m"),
     "over 1 h": (math.inf, "preempted_ran_over_1h"),
 }
+# The events that begin or end a run: a preempted event's run began at the last of them
+# before it if that is a start (otherwise its start is not known).
+RUN_BOUNDARIES = (JobEventKind.STARTED, JobEventKind.PREEMPTED, JobEventKind.FINISHED, JobEventKind.FAILED)
 # The columns of what preemptions cost, summed as they are by the rollups.
 COST_FIELDS: tuple[str, ...] = ("lost_gpu_seconds", *(column for _, column in RAN_FIELDS.values()))
 
@@ -236,16 +239,21 @@ def preemptions_between(start: datetime, end: datetime) -> dict[tuple[str, str],
 def preemption_costs_between(start: datetime, end: datetime) -> dict[tuple[str, str], dict[str, float]]:
     """What the jobs preempted in [start, end) lost, by (team, instance type): the GPU-seconds of
     work and the preemptions by ``RAN_FIELDS`` band (``victim_cost``; a victim whose run time is
-    not known is in no band). One query: each event with its job's last start before it."""
-    last_start = (
-        JobEvent.objects.filter(job_id=OuterRef("job_id"), kind=JobEventKind.STARTED)
+    not known is in no band). One query: each event with the job's run boundary before it (its
+    last start, preemption or end); the run began there if that boundary is a start, as the walk
+    of ``selectors.history.activity_by_team`` reads it."""
+    boundary = (
+        JobEvent.objects.filter(job_id=OuterRef("job_id"), kind__in=RUN_BOUNDARIES)
         .filter(Q(at__lt=OuterRef("at")) | Q(at=OuterRef("at"), id__lt=OuterRef("id")))
         .order_by("-at", "-id")
-        .values("at")[:1]
     )
     rows = (
         JobEvent.objects.filter(kind=JobEventKind.PREEMPTED, at__gte=start, at__lt=end)
-        .annotate(run_start=Subquery(last_start), gpus=F("job__gpus"))
+        .annotate(
+            boundary_at=Subquery(boundary.values("at")[:1]),
+            boundary_kind=Subquery(boundary.values("kind")[:1]),
+            gpus=F("job__gpus"),
+        )
         .values_list(
             "job__team__name",
             "job__instance_type__name",
@@ -253,12 +261,14 @@ def preemption_costs_between(start: datetime, end: datetime) -> dict[tuple[str, 
             "gpus",
             "ran_s",
             "lost_gpu_seconds",
-            "run_start",
+            "boundary_at",
+            "boundary_kind",
         )
         .order_by()
     )
     costs: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: dict.fromkeys(COST_FIELDS, 0.0))
-    for team, instance_type, at, gpus, ran_s, lost_gpu_seconds, run_start in rows:
+    for team, instance_type, at, gpus, ran_s, lost_gpu_seconds, boundary_at, boundary_kind in rows:
+        run_start = boundary_at if boundary_kind == JobEventKind.STARTED else None
         ran, lost = victim_cost(
             at=at, gpus=gpus, ran_s=ran_s, lost_gpu_seconds=lost_gpu_seconds, run_start=run_start
         )
