@@ -87,3 +87,23 @@ def test_a_minute_adds_up_the_lost_work_and_the_victims_run_times(personas) -> N
     day = TeamUsageRollup.objects.get(period="day", start=T0.replace(hour=0), team=personas.team)
     assert day.lost_gpu_seconds == hour.lost_gpu_seconds
     assert day.preempted_ran_under_10m + day.preempted_ran_10_to_60m + day.preempted_ran_over_1h == 3
+
+
+def test_a_preemption_after_a_run_ended_has_an_unknown_run_in_the_sampler_and_the_reports(personas) -> None:  # type: ignore[no-untyped-def]
+    """An older event whose job's last run boundary is not a start (a second preempted event
+    with no start between, as a lost and repaired cycle might leave): no run, nothing lost, in
+    the history and in the reports' walk alike."""
+    from allocations.selectors.history import job_activity
+
+    job = f.make_job(personas.team, personas.instance_type, 2, submitted_at=T0 - timedelta(hours=3))
+    JobEvent.objects.create(job=job, kind=JobEventKind.STARTED, at=T0 - timedelta(hours=2))
+    JobEvent.objects.create(job=job, kind=JobEventKind.PREEMPTED, at=T0 - timedelta(hours=1))
+    JobEvent.objects.create(job=job, kind=JobEventKind.PREEMPTED, at=T0 - timedelta(seconds=30))
+    history.history_sample(now=T0)
+    row = TeamUsageMinute.objects.get(minute=T0, team=personas.team)
+    assert row.preempted_in_team + row.preempted_reclaim + row.preempted_fair_share == 0  # no reason
+    assert (row.lost_gpu_seconds, row.preempted_ran_under_10m, row.preempted_ran_over_1h) == (0, 0, 0)
+    activity = job_activity(T0 - timedelta(minutes=1), T0)[personas.team.pk]
+    assert activity.preempted == 1 and activity.gpu_hours_lost == 0
+    earlier = job_activity(T0 - timedelta(hours=1, minutes=1), T0 - timedelta(minutes=59))[personas.team.pk]
+    assert earlier.gpu_hours_lost == 2.0  # the first: its hour on 2 GPUs
