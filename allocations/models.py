@@ -565,8 +565,8 @@ ANY_PREEMPTION = (
 class TeamUsageMinute(models.Model):
     """One team on one instance type at one minute (accounting of POLICY.md section 2).
 
-    Preemptions count the team's jobs preempted in the minute before ``minute``, by reason.
-    Rows that would be all zeros are not written."""
+    Preemptions count the team's jobs preempted in the minute before ``minute``, by reason and
+    by how long the victim had run, with the GPU-seconds of work they lost. Rows that would be all zeros are not written."""
 
     minute = models.DateTimeField()
     # No index of its own: (team, minute) serves lookups by team, and PostgreSQL would pick a
@@ -587,6 +587,12 @@ class TeamUsageMinute(models.Model):
     preempted_reclaim = models.PositiveIntegerField(default=0)
     preempted_reclaim_while_borrowing = models.PositiveIntegerField(default=0)
     preempted_fair_share = models.PositiveIntegerField(default=0)
+    # What those preemptions cost (docs/preemption.md section 2): the work they threw away,
+    # and the same preemptions counted by how long each victim had run since its last start.
+    lost_gpu_seconds = models.FloatField(default=0)
+    preempted_ran_under_10m = models.PositiveIntegerField(default=0)
+    preempted_ran_10_to_60m = models.PositiveIntegerField(default=0)
+    preempted_ran_over_1h = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["minute", "team_id", "instance_type_id"]
@@ -649,6 +655,10 @@ class TeamUsageRollup(models.Model):
     preempted_reclaim = models.PositiveIntegerField(default=0)
     preempted_reclaim_while_borrowing = models.PositiveIntegerField(default=0)
     preempted_fair_share = models.PositiveIntegerField(default=0)
+    lost_gpu_seconds = models.FloatField(default=0)
+    preempted_ran_under_10m = models.PositiveIntegerField(default=0)
+    preempted_ran_10_to_60m = models.PositiveIntegerField(default=0)
+    preempted_ran_over_1h = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["period", "start", "team_id", "instance_type_id"]

@@ -192,3 +192,53 @@ def test_a_job_that_starts_and_is_preempted_between_two_plans_recorded_waits_on(
         "b": {"no-idle-capacity": 40.0},  # it waited on
         "c": {"no-idle-capacity": 10.0},
     }
+
+
+# --- What preemption cost (docs/preemption.md section 2) ----------------------------------------
+def test_a_victim_ran_from_its_last_start_to_its_preemption() -> None:
+    from allocations.whatif.figures import victim_runs
+
+    twice = job(
+        state="finished",
+        admitted_at=(160.0, 500.0, 700.0),
+        preempted=(PreemptionRecord(300.0, "reclaim", "9"), PreemptionRecord(600.0, "fair-share", "9")),
+        finished_at=900.0,
+    )
+    assert victim_runs(twice, None) == [140.0, 100.0]
+    # Running before the window: the run since its start before the window is lost too.
+    assert victim_runs(
+        job(state="pending", preempted=(PreemptionRecord(100.0, "reclaim", "9"),)), -500.0
+    ) == [600.0]
+    # Preempted and restarted at one instant, then finished: one victim run, not two.
+    again = job(
+        state="finished",
+        admitted_at=(100.0, 300.0),
+        preempted=(PreemptionRecord(300.0, "fair-share", "9"),),
+        finished_at=400.0,
+    )
+    assert victim_runs(again, None) == [200.0]
+    # A node lost under it is not a preemption.
+    assert victim_runs(job(state="pending", admitted_at=(100.0,), evicted_at=(200.0,)), None) == []
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_replays_figures_count_preemptions_per_job_and_the_share_of_short_victims(seed: int) -> None:
+    """On random replays: one victim run per preemption the simulator counts, and the lab's
+    figures are those runs' (the share under 10 minutes) and the preemptions over the jobs."""
+    from allocations.whatif.figures import SHORT_RUN_S, figures, victim_runs
+
+    scenario = parse_scenario(random_scenario(random.Random(seed)))
+    result = replay(scenario)
+    out, _ = figures(result, scenario, {})
+    since = {j.id: j.running_since for j in scenario.jobs if j.running_since is not None}
+    runs = [ran for j in result.jobs.values() for ran in victim_runs(j, since.get(j.id))]
+    cluster = out["cluster"]
+    assert len(runs) == cluster["preemptions"] and all(ran >= 0 for ran in runs)
+    assert cluster["preemptions_per_job"] == pytest.approx(
+        cluster["preemptions"] / len(result.jobs), abs=1e-4
+    )
+    if runs:
+        short = sum(1 for ran in runs if ran < SHORT_RUN_S) / len(runs)
+        assert cluster["victims_short_share"] == pytest.approx(short, abs=1e-4)
+    else:
+        assert cluster["victims_short_share"] is None
