@@ -341,7 +341,7 @@ CLUSTER_FIGURES = [
     ("lost_gpu_hours", "GPU-hours lost to preemption", _gpu_hours),
     ("preemptions_per_job", "Preemptions per job", _or_dash(lambda v: f"{float(v):.2f}")),
     (
-        "victims_short_share",
+        "short_victims_share",
         "Victims that had run under 10 min",
         _or_dash(lambda v: f"{100 * float(v):.0f}%"),
     ),

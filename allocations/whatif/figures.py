@@ -5,10 +5,9 @@ waited, borrowed and lent GPU-hours, preemptions, lost GPU-hours, p50/p95 waits 
 kept exactly as ``manage.py simulate --json`` prints them. Added here, from the per-job result:
 mean waits per team and per priority class, cost per team (GPU-hours x the instance type's
 price), running and waiting GPUs over time, each job's total wait with the pending reason
-it waited longest under (recorded by :class:`ReasonRecorder` around the engine), and what
-preemption cost (docs/preemption.md section 2): preemptions per job of the replay and the share
-of victims that had run less than 10 minutes (``victim_runs``, from each job's starts and
-preemptions; the lost GPU-hours are the simulator's).
+it waited longest under (recorded by :class:`ReasonRecorder` around the engine). What
+preemption cost (docs/preemption.md section 2: lost GPU-hours, preemptions per job, the share
+of victims that had run less than 10 minutes) is the simulator's.
 
 Waits are those of the weekly reports and the dashboards (``selectors.history.job_activity``):
 one per start, from the submission or the latest requeue, p95 the nearest rank; so the live
@@ -35,9 +34,6 @@ NO_CLASS = "(none)"
 # A policy is said to churn when at least this many preemptions are this share of its starts.
 CHURN_MIN_PREEMPTIONS = 20
 CHURN_SHARE = 0.25
-# A victim that had run less than this was preempted before it did much: the churn a minimum
-# runtime prevents (the history's first run-time band, ``services.history.RAN_FIELDS``).
-SHORT_RUN_S = 600.0
 
 
 def churn_warning(name: str, cluster: Mapping[str, Any]) -> str | None:
@@ -250,28 +246,6 @@ def job_times(job: JobResult, running_since: float | None, end: float) -> JobTim
     return JobTimes(tuple(waits), total, tuple(runs), clipped)
 
 
-def victim_runs(job: JobResult, running_since: float | None) -> list[float]:
-    """How long each of the job's runs cut short by a preemption had lasted, in seconds, one per
-    preemption, from its last start (before the replay's window for a job running at its start:
-    that work is lost too). Stops are paired with starts as ``job_times`` pairs them."""
-    stops = sorted(
-        [(p.at, True) for p in job.preempted]
-        + [(t, False) for t in job.evicted_at]
-        + ([(job.finished_at, False)] if job.finished_at is not None else [])
-        + ([(job.cancelled_at, False)] if job.cancelled_at is not None else [])
-    )
-    starts = ([running_since] if running_since is not None else []) + list(job.admitted_at)
-    ran: list[float] = []
-    s = 0
-    for start in starts:
-        while s < len(stops) and stops[s][0] < start:
-            s += 1
-        if s < len(stops) and stops[s][1]:
-            ran.append(stops[s][0] - start)
-        s += 1
-    return ran
-
-
 def _bucket_seconds(end: float) -> float:
     hours = max(1, math.ceil(end / 3600 / MAX_BUCKETS))
     return hours * 3600.0
@@ -303,10 +277,8 @@ def figures(
     cost: dict[str, float] = defaultdict(float)
     gpu_hours_by_type: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     jobs: dict[str, dict[str, Any]] = {}
-    victims: list[float] = []  # how long each victim had run
     for job in result.jobs.values():
         times = job_times(job, running_since.get(job.id), end)
-        victims.extend(victim_runs(job, running_since.get(job.id)))
         team_waits[job.team].extend(times.waits)
         class_waits[job.priority or NO_CLASS].extend(times.waits)
         for a, b in times.runs:
@@ -347,17 +319,11 @@ def figures(
         }
         for name, waits in sorted(class_waits.items())
     }
-    preemptions = int(simulated["cluster"].get("preemptions") or 0)
     out = {
         "end_time": simulated["end_time"],
         "cluster": {
             **simulated["cluster"],
             "cost": round(sum(cost.values()), 2),
-            "preemptions_per_job": round(preemptions / len(result.jobs), 4) if result.jobs else 0,
-            # None without a preemption: no victim, no share.
-            "victims_short_share": (
-                round(sum(1 for ran in victims if ran < SHORT_RUN_S) / len(victims), 4) if victims else None
-            ),
         },
         "teams": teams,
         "priority_classes": classes,

@@ -295,10 +295,10 @@ def test_a_run_is_started_polled_and_exported(personas, admin, draft, week):
     # A draft whose jobs keep preempting each other is pointed out, with its numbers.
     churning = WhatIfRun.objects.get(pk=run.pk)
     churning.results["policies"][1]["cluster"].update(
-        preemptions=400, starts=900, lost_gpu_hours=12.5, preemptions_per_job=0.8, victims_short_share=0.625
+        preemptions=400, starts=900, lost_gpu_hours=12.5, preemptions_per_job=0.8, short_victims_share=0.625
     )
     # A result stored before these figures were: a dash, not a zero.
-    for key in ("preemptions_per_job", "victims_short_share"):
+    for key in ("preemptions_per_job", "short_victims_share"):
         churning.results["policies"][0]["cluster"].pop(key, None)
     churning.save(update_fields=["results"])
     page = admin.get(reverse("allocations:whatif_run", kwargs={"pk": run.pk})).content.decode()
