@@ -19,9 +19,16 @@ from allocations.choices import BorrowLimitKind
 
 INSTANCE_TYPE_FIELDS = ("name", "gpus_per_node", "price_per_gpu_hour", "description")
 NODE_FIELDS = ("name", "instance_type", "gpus", "state", "reason")
-PRIORITY_CLASS_FIELDS = ("name", "weight", "description")
+PRIORITY_CLASS_FIELDS = ("name", "weight", "description", "min_runtime_s")
 CLUSTER_FIELDS = ("name", "backend_kind", "backend_settings", "time_zone")
-CLUSTER_POLICY_FIELDS = ("idle_allocation", "task_ranking", "share_unallocated", "queueing")
+CLUSTER_POLICY_FIELDS = (
+    "idle_allocation",
+    "task_ranking",
+    "share_unallocated",
+    "queueing",
+    "min_runtime_s",
+    "preemption_grace_s",
+)
 # A team's settings that decide what runs: everything but its name, which identifies it in an
 # import or a draft, and its limits below.
 TEAM_SETTINGS = (

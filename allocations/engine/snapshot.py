@@ -70,6 +70,8 @@ class PendingCode(StrEnum):
     CAPACITY_LOST = "capacity-lost"
     NO_IDLE_CAPACITY = "no-idle-capacity"
     FRAGMENTED = "fragmented"
+    # docs/preemption.md 4: the victims it needs are protected only by their minimum runtime.
+    MIN_RUNTIME = "min-runtime"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +124,8 @@ class Team:
 class PriorityClass:
     name: str
     weight: int
+    # docs/preemption.md 1: None takes the cluster policy's ``min_runtime_s``.
+    min_runtime_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +135,9 @@ class ClusterPolicy:
     share_unallocated: bool = True
     queueing: Queueing = Queueing.BEST_EFFORT_FIFO
     priority_classes: tuple[PriorityClass, ...] = ()
+    # docs/preemption.md 1: a running job is no preemption candidate until it has run this
+    # long since its last start (0: from its start, today's behaviour).
+    min_runtime_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +166,11 @@ class Job:
     # Who submitted it (a username), for the team's ``max_running_gpus_per_member``; None: a
     # job of nobody in particular, never held to that limit.
     submitter: str | None = None
+    # docs/preemption.md 2: a checkpoint every so many seconds of a run (None or 0: none), and
+    # the work kept from earlier runs by checkpoints (the simulator and the loop subtract it from
+    # the remaining duration; no decision reads it).
+    checkpoint_interval_s: float | None = None
+    progress_kept_s: float = 0.0
 
     @property
     def running(self) -> bool:

@@ -44,6 +44,7 @@ def _policy(priority_classes: tuple[engine.PriorityClass, ...]) -> engine.Cluste
         share_unallocated=row.share_unallocated,
         queueing=engine.Queueing(row.queueing),
         priority_classes=priority_classes,
+        min_runtime_s=float(row.min_runtime_s),
     )
 
 
@@ -73,8 +74,12 @@ def policy_snapshot() -> engine.Snapshot:
         for row in Team.objects.order_by("name").values("pk", "name", *TEAM_SETTINGS, *ENGINE_TEAM_LIMITS)
     )
     priority_classes = tuple(
-        engine.PriorityClass(name=name, weight=weight)
-        for name, weight in PriorityClass.objects.order_by("-weight", "name").values_list("name", "weight")
+        engine.PriorityClass(
+            name=name, weight=weight, min_runtime_s=None if min_runtime is None else float(min_runtime)
+        )
+        for name, weight, min_runtime in PriorityClass.objects.order_by("-weight", "name").values_list(
+            "name", "weight", "min_runtime_s"
+        )
     )
     return engine.Snapshot(
         instance_types=instance_types,
@@ -110,6 +115,10 @@ def build_snapshot(now: datetime) -> engine.Snapshot:
             last_preempted_at=_seconds(row["last_preempted_at"]),
             # The team's limit of running GPUs per member counts by username (docs/limits.md).
             submitter=row["submitter__username"],
+            checkpoint_interval_s=(
+                None if row["checkpoint_interval_s"] is None else float(row["checkpoint_interval_s"])
+            ),
+            progress_kept_s=row["progress_kept_s"],
         )
         # The live states as the job_live partial index names them, so that SQLite uses it too.
         for row in Job.objects.filter(state__in=ACTIVE_JOB_STATES)
@@ -128,6 +137,8 @@ def build_snapshot(now: datetime) -> engine.Snapshot:
             "preemption_count",
             "last_preempted_at",
             "submitter__username",
+            "checkpoint_interval_s",
+            "progress_kept_s",
         )
     )
     return replace(policy_snapshot(), jobs=jobs)

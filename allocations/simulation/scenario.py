@@ -115,6 +115,7 @@ JOB_KEYS = (
     "duration",
     "running_since",
     "submitter",
+    "checkpoint_interval_s",
 )
 
 
@@ -165,6 +166,11 @@ def _read_job(
     duration = job.get("duration")
     if duration is not None:
         duration = r.number(duration, f"{path}.duration", minimum=0, what="a number of seconds")
+    checkpoint = job.get("checkpoint_interval_s")
+    if checkpoint is not None:
+        checkpoint = r.number(
+            checkpoint, f"{path}.checkpoint_interval_s", minimum=0, what="a number of seconds"
+        )
     running_since = job.get("running_since")
     if running_since is not None:
         running_since = r.number(running_since, f"{path}.running_since", what="a number of seconds")
@@ -192,6 +198,7 @@ def _read_job(
         running_since=running_since,
         path=path,
         submitter=submitter,
+        checkpoint_interval_s=checkpoint or None,
     )
 
 

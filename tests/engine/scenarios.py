@@ -43,8 +43,10 @@ def policy_of(spec: Mapping[str, Any]) -> ClusterPolicy:
         share_unallocated=bool(spec.get("share_unallocated", True)),
         queueing=Queueing(spec.get("queueing", "best-effort-fifo")),
         priority_classes=tuple(
-            PriorityClass(p["name"], p["weight"]) for p in spec.get("priority_classes", ())
+            PriorityClass(p["name"], p["weight"], p.get("min_runtime_s"))
+            for p in spec.get("priority_classes", ())
         ),
+        min_runtime_s=float(spec.get("min_runtime_s", 0)),
     )
 
 
@@ -140,6 +142,7 @@ def build(spec: Mapping[str, Any]) -> Replay:
             preemptions=j.get("preemptions", 0),
             last_preempted_at=j.get("last_preempted_at"),
             submitter=j.get("submitter"),
+            checkpoint_interval_s=j.get("checkpoint_interval_s"),
         )
         durations[job.id] = j.get("duration")
         submits[job.id] = job.submit_time

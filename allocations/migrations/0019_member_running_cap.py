@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('allocations', '0015_team_submission_limits'),
+        ('allocations', '0017_lost_work_history'),
     ]
 
     operations = [
@@ -18,7 +18,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='pendingreasonsample',
             name='code',
-            field=models.CharField(choices=[('team-inactive', 'team-inactive'), ('exceeds-max', 'exceeds-max'), ('member-limit', 'member-limit'), ('blocked-by-fifo', 'blocked-by-fifo'), ('borrow-limit', 'borrow-limit'), ('waiting-for-quota', 'waiting-for-quota'), ('capacity-lost', 'capacity-lost'), ('no-idle-capacity', 'no-idle-capacity'), ('fragmented', 'fragmented')], max_length=32),
+            field=models.CharField(choices=[('team-inactive', 'team-inactive'), ('exceeds-max', 'exceeds-max'), ('member-limit', 'member-limit'), ('blocked-by-fifo', 'blocked-by-fifo'), ('borrow-limit', 'borrow-limit'), ('waiting-for-quota', 'waiting-for-quota'), ('capacity-lost', 'capacity-lost'), ('no-idle-capacity', 'no-idle-capacity'), ('fragmented', 'fragmented'), ('min-runtime', 'min-runtime')], max_length=32),
         ),
         migrations.AddConstraint(
             model_name='team',
