@@ -61,6 +61,7 @@ PENDING_CODE_CHOICES = _choices(PendingCode)
 PENDING_CODE_WORDS: dict[str, str] = {
     PendingCode.TEAM_INACTIVE: "The team's allocation is disabled: none of its jobs start.",
     PendingCode.EXCEEDS_MAX: "The job can never fit on this cluster.",
+    PendingCode.MEMBER_LIMIT: "Its submitter already runs as many GPUs in the team as one member may.",
     PendingCode.BLOCKED_BY_FIFO: "Under strict FIFO it waits behind its team's first job, which cannot start.",
     PendingCode.BORROW_LIMIT: "Its team would go over its borrow limit.",
     PendingCode.WAITING_FOR_QUOTA: "Its team's quota is full, or lent out and not reclaimable now.",

@@ -223,6 +223,11 @@ class Team(models.Model):
         null=True, blank=True, help_text="Empty = no limit"
     )
     max_pending_jobs = models.PositiveIntegerField(null=True, blank=True, help_text="Empty = no limit")
+    # Unlike the limits above, enforced by the allocation engine at each cycle (docs/limits.md):
+    # a member's pending job waits while it would take the member past it.
+    max_running_gpus_per_member = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Empty = no limit"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -269,6 +274,10 @@ class Team(models.Model):
             models.CheckConstraint(
                 condition=Q(max_pending_jobs__isnull=True) | Q(max_pending_jobs__gte=1),
                 name="team_max_pending_jobs_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_running_gpus_per_member__isnull=True) | Q(max_running_gpus_per_member__gte=1),
+                name="team_max_running_gpus_per_member_positive",
             ),
         ]
 

@@ -43,14 +43,17 @@ TEAM_SETTINGS = (
 )
 # What a team may ask for (docs/limits.md): checked when a job is submitted, never by the engine,
 # so they are apart from the settings above, which the engine, the imports and the what-if
-# drafts read.
+# drafts read. All but the last: the most GPUs running per member is enforced by the engine at
+# each cycle (``ENGINE_TEAM_LIMITS``: the loop's snapshot maps it with ``engine_team``).
 TEAM_LIMITS = (
     "allowed_priority_classes",
     "default_priority_class",
     "max_gpus_per_job",
     "max_pending_jobs_per_member",
     "max_pending_jobs",
+    "max_running_gpus_per_member",
 )
+ENGINE_TEAM_LIMITS = ("max_running_gpus_per_member",)
 TEAM_FIELDS = ("name", *TEAM_SETTINGS, *TEAM_LIMITS)
 QUOTA_FIELDS = ("quota", "borrow_limit_kind", "borrow_limit_percent", "borrow_limit", "lend_limit")
 # A quota row with these values means the same as no row (POLICY.md section 1's defaults).
@@ -80,7 +83,8 @@ def engine_team(
     name: str, settings: Mapping[str, Any], quotas: Mapping[str, Mapping[str, Any]]
 ) -> engine.Team:
     """A team as the engine sees it, from its settings (``TEAM_SETTINGS``, as stored: choice
-    values are strings) and its quotas by instance type name (``QUOTA_FIELDS``)."""
+    values are strings, and ``ENGINE_TEAM_LIMITS`` where given: a what-if draft holds none)
+    and its quotas by instance type name (``QUOTA_FIELDS``)."""
     preempt_while_borrowing = settings["preempt_while_borrowing"]
     return engine.Team(
         name=name,
@@ -94,4 +98,5 @@ def engine_team(
             engine.PreemptWhileBorrowing(preempt_while_borrowing) if preempt_while_borrowing else None
         ),
         preempt_while_borrowing_max_priority=settings["preempt_while_borrowing_max_priority"],
+        max_running_gpus_per_member=settings.get("max_running_gpus_per_member"),
     )

@@ -194,7 +194,18 @@ class _Shape:
 class _Team:
     """A team's shapes and its place in the heads heap."""
 
-    __slots__ = ("blocked", "by_ident", "dirty", "heap", "log", "lone", "shapes", "state", "version")
+    __slots__ = (
+        "blocked",
+        "by_ident",
+        "capped",
+        "dirty",
+        "heap",
+        "log",
+        "lone",
+        "shapes",
+        "state",
+        "version",
+    )
 
     def __init__(self, state: TeamState) -> None:
         self.state = state
@@ -205,6 +216,9 @@ class _Team:
         # lower-or-newer-equal-priority: a job's candidates depend on its own submit time, so
         # no two of its jobs share a decision.
         self.lone = state.team.preempt_team_tasks == PreemptTeamTasks.LOWER_OR_NEWER_EQUAL_PRIORITY
+        # A limit per member (``CycleState.member_limit``), tested before anything else: twins
+        # share a failure only once past it, so each consumed twin is tested against it.
+        self.capped = state.members is not None
         # Consumed, not yet final (``LogEntry``).
         self.log: list[LogEntry] = []
         # The shapes by the order key of their next job: (minus its priority, the items of its
@@ -593,7 +607,10 @@ class BatchedCycle:
                 if not team.log:
                     self.logged.append(team)
                 rank = self._rank(team.state, shape)
-                team.log.append((shape, start, end, reason, rank))
+                if team.capped and reason is not shape.unfit:
+                    self._log_members(team, shape, start, end, reason, rank)
+                else:
+                    team.log.append((shape, start, end, reason, rank))
                 shape.at = end
                 last = (*rank, shape.neg, *shape.keys[end - 1], team.state.index)
                 if last > top:
@@ -602,6 +619,34 @@ class BatchedCycle:
         if nxt is not None:
             own = self._key(team, nxt, nxt.at)
             heapq.heappush(self.heads, (*(own if own > top else top), team.version))
+
+    def _log_members(
+        self, team: _Team, shape: _Shape, start: int, end: int, reason: PendingReason, rank: tuple[int, ...]
+    ) -> None:
+        """Log a capped team's twins consumed with their shape's failure: each whose submitter
+        is at the team's limit per member waits with ``member-limit`` instead (tested first,
+        as ``_decide`` does), in runs of one reason. Member counts move only with a change, so
+        the reasons hold as the shape's do."""
+        state = self.state
+        made: dict[str, PendingReason | None] = {}
+        keys = shape.keys
+        at = start
+        current = reason
+        for i in range(start, end):
+            item = keys[i][3]
+            who = item.job.submitter if isinstance(item, JobRecord) else item.submitter
+            why = reason
+            if who is not None:
+                if who not in made:
+                    made[who] = state.member_reason(team.state, who, shape.gpus)
+                capped = made[who]
+                if capped is not None:
+                    why = capped
+            if why is not current:
+                if i > at:
+                    team.log.append((shape, at, i, current, rank))
+                at, current = i, why
+        team.log.append((shape, at, end, current, rank))
 
     def _settle_logs(self, event: Key | None) -> list[_Team]:
         """A change happened at key ``event`` (None: the cycle ended). Consumed jobs that come
@@ -677,6 +722,13 @@ class BatchedCycle:
         teams whose rank changed."""
         state = self.state
         memory = self.memory
+        if rec.team.members is not None:
+            # Its submitter at the team's limit per member: it waits, and blocks nobody, even
+            # under strict FIFO (docs/limits.md).
+            capped = state.member_limit(rec)
+            if capped is not None:
+                self.pending[rec.job.id] = capped
+                return set()
         # 3.3: the winner is admitted if it fits.
         if state.fits(rec):
             self._start(rec)
@@ -815,7 +867,7 @@ class BatchedCycle:
                 continue
             shape = item
             team = self.teams[shape.ident[0]]
-            if team.lone:  # its jobs share no decision, nor any memory of one
+            if team.lone or team.capped:  # its jobs share no decision, or not every member's
                 return None
             if shape.unfit is not None or shape.failure.epoch == epoch:
                 continue

@@ -54,7 +54,9 @@ counters above.
    counter where that input moves (``state.CycleState``), or the fact gets a field here that
    ``remember`` records and ``recall`` compares;
 4. if it makes jobs of one shape decide differently (as ``lower-or-newer-equal-priority``
-   does), the team is ``lone`` (``cycle._Team``);
+   does), the team is ``lone`` (``cycle._Team``); if the difference is a test made before
+   anything else (``max_running_gpus_per_member``: twins of two members differ), the twins
+   past it share the failure, and each consumed twin is tested (``_Team.capped``);
 5. a ``Session`` rebuilds whenever ``snapshot.teams`` is another object, so a changed setting
    never meets an old memory across cycles;
 6. a case in ``tests/engine/test_shortcuts.py``'s generator (``busy_cluster``) draws it, so the

@@ -63,6 +63,7 @@ class PendingCode(StrEnum):
 
     TEAM_INACTIVE = "team-inactive"
     EXCEEDS_MAX = "exceeds-max"
+    MEMBER_LIMIT = "member-limit"
     BLOCKED_BY_FIFO = "blocked-by-fifo"
     BORROW_LIMIT = "borrow-limit"
     WAITING_FOR_QUOTA = "waiting-for-quota"
@@ -113,6 +114,10 @@ class Team:
     # None: the default of POLICY.md section 1 (lower-priority, or never when reclaim is never).
     preempt_while_borrowing: PreemptWhileBorrowing | None = None
     preempt_while_borrowing_max_priority: int | None = None
+    # Most GPUs a member's jobs may run at once in the team, over every instance type (None:
+    # no limit). A pending job of a member at it waits with ``member-limit`` and blocks
+    # nobody (docs/limits.md).
+    max_running_gpus_per_member: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +163,9 @@ class Job:
     # Back-off (POLICY.md 3.5): how often it has been preempted, and when last.
     preemptions: int = 0
     last_preempted_at: float | None = None
+    # Who submitted it (a username), for the team's ``max_running_gpus_per_member``; None: a
+    # job of nobody in particular, never held to that limit.
+    submitter: str | None = None
     # docs/preemption.md 2: a checkpoint every so many seconds of a run (None or 0: none), and
     # the work kept from earlier runs by checkpoints (the simulator and the loop subtract it from
     # the remaining duration; no decision reads it).

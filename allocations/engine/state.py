@@ -220,11 +220,14 @@ class TypeState:
 class TeamState:
     """One team across instance types."""
 
-    __slots__ = ("borrowed", "index", "per_type", "share", "team", "unit", "version")
+    __slots__ = ("borrowed", "index", "members", "per_type", "share", "team", "unit", "version")
 
     def __init__(self, team: Team, index: int) -> None:
         self.team = team
         self.index = index
+        # The GPUs each member runs in the team, by submitter, kept only when the team limits
+        # them (``max_running_gpus_per_member``; ``CycleState.member_limit``).
+        self.members: dict[str, int] | None = None if team.max_running_gpus_per_member is None else {}
         self.unit = 0  # its weight's unit among the cycle's teams (``ranking.share_units``)
         self.per_type: dict[str, TeamType] = {}
         self.borrowed = 0  # sum over instance types of max(0, usage - quota)
@@ -413,6 +416,10 @@ class CycleState:
                 usage[id(rec.tt)] = (first, gpus + rec.gpus)
         for first, gpus in usage.values():
             self._change_usage(first, gpus)
+        if any(t.members is not None for t in self.team_list):
+            for rec in records:
+                if rec.nodes:
+                    self._member_usage(rec, rec.gpus)
         for team_state in self.team_list:
             for tt in team_state.per_type.values():
                 tt.candidates.sort(key=lambda r: r.victim_key)
@@ -429,6 +436,9 @@ class CycleState:
                 raise ValueError(
                     f"teams[{i}].fair_share_weight: must be 0..100, got {team.fair_share_weight!r}"
                 )
+            cap = team.max_running_gpus_per_member
+            if cap is not None and (not isinstance(cap, int) or cap < 1):
+                raise ValueError(f"teams[{i}].max_running_gpus_per_member: must be 1 or more, got {cap!r}")
             ts_team = TeamState(team, i)
             for it_name in types:
                 ts_team.per_type[it_name] = TeamType(team_limits(team, it_name))
@@ -509,6 +519,8 @@ class CycleState:
         if job.nodes:
             self._change_usage(rec, rec.gpus)
             self._candidate(rec)
+            if rec.team.members is not None:
+                self._member_usage(rec, rec.gpus)
         return rec
 
     def _record(self, job: Job) -> JobRecord:
@@ -583,6 +595,40 @@ class CycleState:
                 ts.borrowers.discard(team.index)
         ts.running += delta
 
+    def _member_usage(self, rec: JobRecord, delta: int) -> None:
+        """Count a running job's GPUs for its submitter, in a team that limits its members."""
+        members = rec.team.members
+        who = rec.job.submitter
+        if members is not None and who is not None:
+            members[who] = members.get(who, 0) + delta
+
+    def member_limit(self, rec: JobRecord) -> PendingReason | None:
+        """Why a pending job may not start because of its team's ``max_running_gpus_per_member``
+        (docs/limits.md), or None. Its submitter's running GPUs in the team, over every instance
+        type, with this job's, must stay within the limit; a job with no submitter is not held
+        to it. Tested before the fit test: such a job neither starts, nor looks for victims,
+        nor holds its team's quota."""
+        who = rec.job.submitter
+        if rec.team.members is None or who is None:
+            return None
+        return self.member_reason(rec.team, who, rec.gpus)
+
+    def member_reason(self, team: TeamState, who: str, gpus: int) -> PendingReason | None:
+        """``member_limit`` for a job of ``gpus`` GPUs submitted by ``who`` to ``team``."""
+        members = team.members
+        cap = team.team.max_running_gpus_per_member
+        if members is None or cap is None:
+            return None
+        running = members.get(who, 0)
+        after = running + gpus
+        if after <= cap:
+            return None
+        return PendingReason(
+            PendingCode.MEMBER_LIMIT,
+            f"member {who} runs {_gpus(running)} in team {team.team.name}; with this job's "
+            f"{gpus} that would be {after}, above the team's limit of {cap} GPUs running per member",
+        )
+
     def pool_available(self, tt: TeamType, ts: TypeState) -> int:
         """What the pool can still give team ``tt``: capacity held by other teams excluded."""
         held_by_others = ts.held - (tt.unused_lendable() if tt.holding else 0)
@@ -626,6 +672,8 @@ class CycleState:
         team = rec.team
         borrowed = team.borrowed
         self._change_usage(rec, rec.gpus)
+        if team.members is not None:
+            self._member_usage(rec, rec.gpus)
         self.cycle_starts += 1
         job = rec.job
         now = self.now
@@ -667,11 +715,15 @@ class CycleState:
         """Take a running job off its nodes (a preemption, or a trial of one)."""
         rec.ts.placement.give(rec.nodes)
         self._change_usage(rec, -rec.gpus)
+        if rec.team.members is not None:
+            self._member_usage(rec, -rec.gpus)
 
     def restore(self, rec: JobRecord) -> None:
         """Undo ``remove``: put the job back on the same nodes."""
         rec.ts.placement.take(rec.nodes)
         self._change_usage(rec, rec.gpus)
+        if rec.team.members is not None:
+            self._member_usage(rec, rec.gpus)
 
     def preempted(self, rec: JobRecord) -> None:
         """A victim a search took off its nodes: no longer running nor a candidate, its

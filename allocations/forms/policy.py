@@ -226,6 +226,13 @@ class TeamForm(PolicyForm):
     max_pending_jobs = WholeNumberField(
         label="Most pending jobs of the team", low=1, required=False, help_text="Empty: no limit"
     )
+    max_running_gpus_per_member = WholeNumberField(
+        label="Most GPUs running per member",
+        unit="GPUs",
+        low=1,
+        required=False,
+        help_text="Over every instance type; a member's job past it waits, a colleague's may start. Empty: no limit",
+    )
 
     class Meta:
         model = Team

@@ -84,11 +84,17 @@ def limit_warnings(team: Team, system: str) -> list[str]:
         limits.append(f"at most {team.max_pending_jobs_per_member} pending jobs per member")
     if team.max_pending_jobs is not None:
         limits.append(f"at most {team.max_pending_jobs} pending jobs")
-    if not limits:
-        return []
-    return [
-        f"{team.name}: {'; '.join(limits)} cannot be expressed in {system} (gpugov checks them at submission)."
-    ]
+    warnings = []
+    if limits:
+        warnings.append(
+            f"{team.name}: {'; '.join(limits)} cannot be expressed in {system} (gpugov checks them at submission)."
+        )
+    if team.max_running_gpus_per_member is not None:
+        warnings.append(
+            f"{team.name}: at most {team.max_running_gpus_per_member} GPUs running per member cannot be "
+            f"expressed in {system} (gpugov's allocation engine holds a member's jobs back at each cycle)."
+        )
+    return warnings
 
 
 def preemption_cost_warnings(state: PolicyState, target: str) -> list[str]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, F, IntegerField, Q, QuerySet, Value
+from django.db.models import Count, F, IntegerField, Q, QuerySet, Sum, Value
 from django.db.models.functions import Coalesce
 
 from allocations import access, engine
@@ -186,16 +186,22 @@ class LimitsInForce:
     max_pending_jobs: int | None
     pending_mine: int
     pending_team: int
+    max_running_gpus_per_member: int | None = None
+    running_gpus_mine: int = 0  # the GPUs ``user``'s jobs run in the team
 
 
 def limits_in_force(team: Team, user: Any) -> LimitsInForce:
-    """``team``'s limits and its pending jobs (``user``'s and all), in two queries."""
+    """``team``'s limits, its pending jobs (``user``'s and all) and the GPUs ``user`` runs in
+    it, in two queries."""
     from allocations.services.jobs import team_default_class
 
     default = team_default_class(team)
-    pending = Job.objects.filter(team=team, state=JobState.PENDING)
-    counts = pending.aggregate(
-        team=Count("pk"), mine=Count("pk", filter=Q(submitter_id=getattr(user, "pk", None)))
+    live = Job.objects.filter(team=team, state__in=[JobState.PENDING, JobState.RUNNING])
+    pending, mine = Q(state=JobState.PENDING), Q(submitter_id=getattr(user, "pk", None))
+    counts = live.aggregate(
+        team=Count("pk", filter=pending),
+        mine=Count("pk", filter=pending & mine),
+        running=Sum("gpus", filter=Q(state=JobState.RUNNING) & mine),
     )
     return LimitsInForce(
         allowed_classes=list(team.allowed_priority_classes),
@@ -205,4 +211,6 @@ def limits_in_force(team: Team, user: Any) -> LimitsInForce:
         max_pending_jobs=team.max_pending_jobs,
         pending_mine=counts["mine"],
         pending_team=counts["team"],
+        max_running_gpus_per_member=team.max_running_gpus_per_member,
+        running_gpus_mine=counts["running"] or 0,
     )

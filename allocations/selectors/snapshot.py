@@ -16,7 +16,7 @@ from typing import Any
 from allocations import engine
 from allocations.choices import ACTIVE_JOB_STATES, JobState, NodeState
 from allocations.models import ClusterPolicy, InstanceType, Job, Node, PriorityClass, Team, TeamQuota
-from allocations.policy_fields import QUOTA_FIELDS, TEAM_SETTINGS, engine_team
+from allocations.policy_fields import ENGINE_TEAM_LIMITS, QUOTA_FIELDS, TEAM_SETTINGS, engine_team
 
 
 def job_id(pk: int) -> str:
@@ -71,7 +71,7 @@ def policy_snapshot() -> engine.Snapshot:
         quotas[row["team_id"]][row["instance_type__name"]] = row
     teams = tuple(
         engine_team(row["name"], row, quotas.get(row["pk"], {}))
-        for row in Team.objects.order_by("name").values("pk", "name", *TEAM_SETTINGS)
+        for row in Team.objects.order_by("name").values("pk", "name", *TEAM_SETTINGS, *ENGINE_TEAM_LIMITS)
     )
     priority_classes = tuple(
         engine.PriorityClass(
@@ -113,6 +113,8 @@ def build_snapshot(now: datetime) -> engine.Snapshot:
             start_seq=row["start_seq"],
             preemptions=row["preemption_count"],
             last_preempted_at=_seconds(row["last_preempted_at"]),
+            # The team's limit of running GPUs per member counts by username (docs/limits.md).
+            submitter=row["submitter__username"],
             checkpoint_interval_s=(
                 None if row["checkpoint_interval_s"] is None else float(row["checkpoint_interval_s"])
             ),
@@ -134,6 +136,7 @@ def build_snapshot(now: datetime) -> engine.Snapshot:
             "start_seq",
             "preemption_count",
             "last_preempted_at",
+            "submitter__username",
             "checkpoint_interval_s",
             "progress_kept_s",
         )

@@ -76,6 +76,18 @@ def check_team_limits(*, team: Team, user: Any, gpus: int, priority_class: Prior
                 )
             }
         )
+    cap = team.max_running_gpus_per_member
+    if cap is not None and user is not None and user.pk and gpus > cap:
+        # The engine enforces this limit at each cycle; a job above it on its own would wait
+        # for ever, so it is refused now, as a job that can never fit is.
+        raise ValidationError(
+            {
+                "gpus": (
+                    f"Team {team.name} allows at most {cap} GPUs running per member; "
+                    f"this job asks for {gpus}."
+                )
+            }
+        )
     pending = Job.objects.filter(team=team, state=JobState.PENDING)
     if team.max_pending_jobs is not None:
         count = pending.count()

@@ -243,6 +243,7 @@ TEAM_LIMIT_WORDS = {
     "max_gpus_per_job": "Most GPUs per job",
     "max_pending_jobs_per_member": "Most pending jobs per member",
     "max_pending_jobs": "Most pending jobs of the team",
+    "max_running_gpus_per_member": "Most GPUs running per member",
 }
 
 

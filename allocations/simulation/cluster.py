@@ -202,6 +202,7 @@ TEAM_KEYS = (
     "preempt_team_tasks",
     "reclaim",
     "preempt_while_borrowing",
+    "max_running_gpus_per_member",
 )
 # The team's own settings; its quotas and preemption while borrowing are read below.
 _TEAM_READERS: dict[str, SettingReader] = {
@@ -210,6 +211,8 @@ _TEAM_READERS: dict[str, SettingReader] = {
     "fair_share_weight": lambda r, value, path: r.whole(value, path, 0, 100),
     "preempt_team_tasks": _choice(PreemptTeamTasks),
     "reclaim": _choice(Reclaim),
+    # null: no limit (an update_team may lift one).
+    "max_running_gpus_per_member": lambda r, value, path: None if value is None else r.whole(value, path, 1),
 }
 
 
@@ -375,4 +378,6 @@ def team_scenario(team: Team, types: Sequence[str]) -> dict[str, Any]:
         out["preempt_while_borrowing"] = (
             policy if max_priority is None else {"policy": policy, "max_priority": max_priority}
         )
+    if team.max_running_gpus_per_member is not None:
+        out["max_running_gpus_per_member"] = team.max_running_gpus_per_member
     return out

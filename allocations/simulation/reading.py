@@ -45,11 +45,10 @@ class ScenarioJob:
     seq: int
     priority: str | None = None
     running_since: float | None = None
-    path: str = ""
+    path: str = ""  # where it came from, for messages: "jobs[3]" or "jobs_csv line 17"
+    submitter: str | None = None  # who submitted it (the team's limit per member)
     # docs/preemption.md 2: a checkpoint every so many seconds of a run (None: none).
-    checkpoint_interval_s: float | None = (
-        None  # where it came from, for messages: "jobs[3]" or "jobs_csv line 17"
-    )
+    checkpoint_interval_s: float | None = None
 
 
 def job_field(job: ScenarioJob, name: str) -> str:

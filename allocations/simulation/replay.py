@@ -160,6 +160,7 @@ class _Run:
             priority_class=s.priority,
             preemptions=self.preemptions,
             last_preempted_at=self.last_preempted_at,
+            submitter=s.submitter,
             checkpoint_interval_s=s.checkpoint_interval_s,
             progress_kept_s=self.progress_kept,
         )
@@ -396,6 +397,7 @@ class Replay:
                 submit_time=map(attrgetter("submit"), specs),
                 seq=seqs,
                 priority_class=map(attrgetter("priority"), specs),
+                submitter=map(attrgetter("submitter"), specs),
                 checkpoint_interval_s=map(attrgetter("checkpoint_interval_s"), specs),
             )
         for run, job in zip(runs, jobs, strict=True):

@@ -114,6 +114,7 @@ JOB_KEYS = (
     "submit",
     "duration",
     "running_since",
+    "submitter",
     "checkpoint_interval_s",
 )
 
@@ -159,6 +160,9 @@ def _read_job(
             priority,
         )
     submit = r.number(job.get("submit", 0), f"{path}.submit")
+    submitter = job.get("submitter")
+    if submitter is not None:
+        submitter = r.text(submitter, f"{path}.submitter")
     duration = job.get("duration")
     if duration is not None:
         duration = r.number(duration, f"{path}.duration", minimum=0, what="a number of seconds")
@@ -193,6 +197,7 @@ def _read_job(
         priority=priority,
         running_since=running_since,
         path=path,
+        submitter=submitter,
         checkpoint_interval_s=checkpoint or None,
     )
 

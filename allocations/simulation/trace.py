@@ -32,6 +32,7 @@ TRACE_COLUMNS = (
     "duration",
     "priority",
     "instance_type",
+    "submitter",
     "checkpoint_interval_s",
 )
 _NOT_IN_TEAM_NAMES = re.compile(r"[^a-z0-9-]+")
@@ -130,6 +131,7 @@ class _Rows:
         index = self.index
         gpus_at, submit_at, duration_at, team_at = (index[k] for k in ("gpus", "submit", "duration", "team"))
         id_at, priority_at, type_at = index.get("id"), index.get("priority"), index.get("instance_type")
+        submitter_at = index.get("submitter")
         checkpoint_at = index.get("checkpoint_interval_s")
         width = max(index.values()) + 1
         # The distinct cell values judged so far: the GPUs (with the instance type) to the GPUs
@@ -187,8 +189,18 @@ class _Rows:
                 self.judge_row(line, row)
                 continue
             assert instance_type is not None  # a usable row's type is known (``_usable_gpus``)
+            submitter = row[submitter_at].strip() or None if submitter_at is not None else None
             self._take(
-                line, job_id, team, instance_type, gpus, submit, duration, priority, checkpoint or None
+                line,
+                job_id,
+                team,
+                instance_type,
+                gpus,
+                submit,
+                duration,
+                priority,
+                submitter=submitter,
+                checkpoint=checkpoint or None,
             )
 
     def _usable_gpus(self, text: str, instance_type: str | None) -> int:
@@ -267,6 +279,7 @@ class _Rows:
                 if priority is not None and not self._known_class(priority):
                     self.skip("of an unknown priority class", line, columns["priority"], values["priority"])
                     return
+            submitter = values.get("submitter") or None
             checkpoint = _checkpoint(values.get("checkpoint_interval_s", ""))
             if checkpoint is False:
                 self.skip(
@@ -277,8 +290,17 @@ class _Rows:
                 )
                 return
             self._take(
-                line, job_id, team, instance_type, gpus, submit, duration, priority, checkpoint or None
-            )  # type: ignore[arg-type]
+                line,
+                job_id,
+                team,
+                instance_type,
+                gpus,
+                submit,
+                duration,
+                priority,  # type: ignore[arg-type]
+                submitter=submitter,
+                checkpoint=checkpoint or None,
+            )
 
     def _take(
         self,
@@ -290,9 +312,11 @@ class _Rows:
         submit: float,
         duration: float | None,
         priority: str | None,
+        submitter: str | None = None,
         checkpoint: float | None = None,
     ) -> None:
-        """The job of a usable row: both ways end here, so they give the same jobs."""
+        """The job of a usable row: both ways end here, so they give the same jobs. An empty
+        submitter cell is a job of nobody in particular."""
         self.seen.add(job_id)
         self.jobs.append(
             ScenarioJob(
@@ -306,6 +330,7 @@ class _Rows:
                 priority=priority,
                 checkpoint_interval_s=checkpoint,
                 path=f"jobs_csv line {line}",
+                submitter=submitter,
             )
         )
 

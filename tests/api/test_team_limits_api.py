@@ -85,6 +85,8 @@ def test_a_member_cannot_change_the_limits(personas):
         ({"max_gpus_per_job": 0}, "max_gpus_per_job", "must be 1 or more GPUs; got 0"),
         ({"max_pending_jobs_per_member": -3}, "max_pending_jobs_per_member", "-3"),
         ({"max_pending_jobs": "many"}, "max_pending_jobs", "'many'"),
+        ({"max_running_gpus_per_member": 0}, "max_running_gpus_per_member", "must be 1 or more GPUs; got 0"),
+        ({"max_running_gpus_per_member": "lots"}, "max_running_gpus_per_member", "'lots'"),
         (
             {"allowed_priority_classes": ["training"], "default_priority_class": "inference"},
             "default_priority_class",
@@ -146,3 +148,18 @@ def test_a_resubmit_past_a_limit_answers_400(personas):
     response = client_for(personas.member).post(f"{JOBS}{ended.pk}/resubmit/")
     assert response.status_code == 400
     assert response.json() == {"gpus": ["Team team-a allows at most 4 GPUs per job; this job asks for 8."]}
+
+
+def test_a_cluster_admin_sets_the_most_gpus_running_per_member(personas):
+    """docs/limits.md: the engine's limit per member is set and cleared like the others, audited."""
+    admin = client_for(personas.cluster_admin)
+    response = admin.patch(TEAM, {"max_running_gpus_per_member": 8}, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json()["max_running_gpus_per_member"] == 8
+    assert Team.objects.get(pk=personas.team.pk).max_running_gpus_per_member == 8
+    assert admin.patch(TEAM, {"max_running_gpus_per_member": None}, format="json").status_code == 200
+    assert Team.objects.get(pk=personas.team.pk).max_running_gpus_per_member is None
+    changes = AuditEntry.objects.filter(field="max_running_gpus_per_member").order_by("pk")
+    assert [(e.old_value, e.new_value) for e in changes] == [("(none)", "8"), ("8", "(none)")]
+    response = client_for(personas.team_admin).patch(TEAM, {"max_running_gpus_per_member": 64}, format="json")
+    assert response.status_code == 403

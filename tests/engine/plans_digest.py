@@ -1,5 +1,7 @@
 """Prints the engine build that ran and a digest of the plans it gave: on random busy clusters
-(``allocate``) and on random replays (a ``Session`` cycle after cycle, through the simulator).
+(``allocate``) and on random replays (a ``Session`` cycle after cycle, through the simulator);
+then a second digest, of busy clusters whose teams limit the GPUs running per member (kept
+apart so that the first stays what it was before that limit existed).
 
     GPUGOV_ENGINE=compiled .venv/bin/python -m tests.engine.plans_digest [COUNT]
 
@@ -47,7 +49,14 @@ def main(count: int) -> None:
     for seed in range(count // 4):
         record.engine = Session()
         replay(parse_scenario(random_scenario(random.Random(seed)), name="random"), allocate=record)
-    print(BUILD, record.cycles, record.digest.hexdigest())
+    members = Recorder()
+    for seed in range(count // 2):
+        rng = random.Random(seed)
+        policy = ClusterPolicy(
+            idle_allocation=rng.choice(list(IdleAllocation)), queueing=rng.choice(list(Queueing))
+        )
+        members(busy_cluster(rng, policy, members=True), 0.0)
+    print(BUILD, record.cycles, record.digest.hexdigest(), members.digest.hexdigest())
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ of failures. Product code never imports it.
 1. Each active team's pending jobs, ordered by priority (high first), submit time, then id (3.1).
 2. Each team offers its head; the heads compete in one heap ranked by the head order (3.2). A
    team's rank depends only on its own usage, so only the teams a decision touched are re-ranked.
-3. The winner starts if it fits; otherwise section 4's search is tried; otherwise it waits with
+3. The winner waits with ``exceeds-max`` if it can never fit, or with ``member-limit`` if its
+   submitter is at the team's limit of running GPUs per member (neither blocks its team). It
+   starts if it fits; otherwise section 4's search is tried; otherwise it waits with
    its reason (section 5), may hold its team's unused lendable quota (3.3), and under strict FIFO
    its team offers nothing more.
 4. Repeat until no team offers a head; jobs behind a blocked head get their reason (3.4).
@@ -100,6 +102,10 @@ class _Cycle:
         unfit = self.judge.judge(job.team, job.instance_type, rec.gpus)
         if unfit is not None:
             self.pending[job.id] = unfit
+            return set()
+        capped = state.member_limit(rec)
+        if capped is not None:  # its submitter at the team's limit per member: blocks nobody
+            self.pending[job.id] = capped
             return set()
         if state.fits(rec):
             self._start(rec)

@@ -83,6 +83,7 @@ def team_of(spec: Mapping[str, Any], types: list[str]) -> Team:
         reclaim=Reclaim(spec.get("reclaim", "any")),
         preempt_while_borrowing=pwb_policy,
         preempt_while_borrowing_max_priority=pwb_max,
+        max_running_gpus_per_member=spec.get("max_running_gpus_per_member"),
     )
 
 
@@ -140,6 +141,7 @@ def build(spec: Mapping[str, Any]) -> Replay:
             priority_class=j.get("priority"),
             preemptions=j.get("preemptions", 0),
             last_preempted_at=j.get("last_preempted_at"),
+            submitter=j.get("submitter"),
             checkpoint_interval_s=j.get("checkpoint_interval_s"),
         )
         durations[job.id] = j.get("duration")

@@ -969,6 +969,137 @@ CASES = [
         starts=set(),
         pending={"a2": "waiting-for-quota"},
     ),
+    # docs/limits.md "Most GPUs running per member": the engine holds back a member's jobs.
+    Case(
+        "s3_member_limit_lets_a_colleagues_later_job_start",
+        "docs/limits.md: ann runs 4 of her 4 GPUs; her older job waits, bob's newer one starts",
+        scenario(
+            pool(2, 8),
+            [team("a", 16, max_running_gpus_per_member=4)],
+            [
+                running("a0", "a", 4, submitter="ann"),
+                pending("a1", "a", 2, submit=-10, submitter="ann"),
+                pending("a2", "a", 2, submit=-5, submitter="ann"),
+                pending("b1", "a", 2, submit=0, submitter="bob"),
+            ],
+        ),
+        starts={"b1"},
+        pending={"a1": "member-limit", "a2": "member-limit"},
+        messages={
+            "a1": "member ann runs 4 GPUs in team a; with this job's 2 that would be 6, "
+            "above the team's limit of 4 GPUs running per member"
+        },
+    ),
+    Case(
+        "s3_member_limit_counts_the_jobs_started_in_the_cycle",
+        "docs/limits.md: ann's first job starts (3 of 4), her second would make 6: it waits",
+        scenario(
+            pool(2, 8),
+            [team("a", 16, max_running_gpus_per_member=4)],
+            [
+                pending("a1", "a", 3, submit=-10, submitter="ann"),
+                pending("a2", "a", 3, submit=-5, submitter="ann"),
+                pending("a3", "a", 1, submit=-1, submitter="ann"),
+            ],
+        ),
+        starts={"a1", "a3"},
+        pending={"a2": "member-limit"},
+        messages={"a2": "member ann runs 3 GPUs in team a; with this job's 3 that would be 6"},
+    ),
+    Case(
+        "s3_member_limit_counts_every_instance_type",
+        "docs/limits.md: 4 GPUs on one type and 2 asked on another make 6, above 5",
+        {
+            "cluster": {
+                "node_pools": [
+                    {"instance_type": T, "count": 1, "gpus_per_node": 8},
+                    {"instance_type": "ml.u", "count": 1, "gpus_per_node": 8},
+                ]
+            },
+            "teams": [{"name": "a", "quota": {T: 8, "ml.u": 8}, "max_running_gpus_per_member": 5}],
+            "jobs": [
+                running("a0", "a", 4, submitter="ann"),
+                pending("a1", "a", 2, instance_type="ml.u", submitter="ann"),
+                pending("a2", "a", 1, instance_type="ml.u", submitter="ann"),
+            ],
+            "policy": {"priority_classes": CLASSES},
+        },
+        starts={"a2"},
+        pending={"a1": "member-limit"},
+    ),
+    Case(
+        "s3_member_limit_does_not_block_under_strict_fifo",
+        "docs/limits.md: ann's head waits at her limit; under strict FIFO bob's job behind it starts",
+        scenario(
+            pool(2, 8),
+            [team("a", 16, max_running_gpus_per_member=4)],
+            [
+                running("a0", "a", 4, submitter="ann"),
+                pending("a1", "a", 2, submit=-10, submitter="ann"),
+                pending("b1", "a", 2, submit=0, submitter="bob"),
+            ],
+            queueing="strict-fifo",
+        ),
+        starts={"b1"},
+        pending={"a1": "member-limit"},
+    ),
+    Case(
+        "s3_member_limit_takes_no_victims",
+        "docs/limits.md: ann's high-priority job at her limit preempts nobody, not even her own",
+        scenario(
+            pool(1, 8),
+            [team("a", 8, max_running_gpus_per_member=6)],
+            [
+                running("a0", "a", 6, "low", submitter="ann"),
+                running("b0", "a", 2, "low", submitter="bob"),
+                pending("a1", "a", 2, "high", submitter="ann"),
+            ],
+        ),
+        starts=set(),
+        pending={"a1": "member-limit"},
+    ),
+    Case(
+        "s3_member_limit_lowered_preempts_nobody",
+        "docs/limits.md: ann runs 8 over a limit lowered to 4; nothing of hers is preempted",
+        scenario(
+            pool(2, 8),
+            [team("a", 16, max_running_gpus_per_member=4)],
+            [
+                running("a0", "a", 8, submitter="ann"),
+                pending("a1", "a", 1, "high", submitter="ann"),
+                pending("b1", "a", 4, submitter="bob"),
+            ],
+        ),
+        starts={"b1"},
+        pending={"a1": "member-limit"},
+        messages={"a1": "member ann runs 8 GPUs in team a; with this job's 1 that would be 9"},
+    ),
+    Case(
+        "s3_member_limit_spares_jobs_without_a_submitter",
+        "docs/limits.md: a job of nobody in particular is not held to the limit per member",
+        scenario(
+            pool(1, 8),
+            [team("a", 8, max_running_gpus_per_member=2)],
+            [running("a0", "a", 2, submitter="ann"), pending("x1", "a", 4)],
+        ),
+        starts={"x1"},
+    ),
+    Case(
+        "s3_member_limit_frees_when_a_members_job_is_preempted",
+        "docs/limits.md: b reclaims ann's borrowed job; her running GPUs fall and her next fits",
+        scenario(
+            pool(1, 8),
+            [team("a", 2, max_running_gpus_per_member=6), team("b", 6)],
+            [
+                running("a0", "a", 6, "low", since=-10, submitter="ann"),
+                pending("b1", "b", 4, "high", submit=-5),
+                pending("a1", "a", 2, "high", submit=0, submitter="ann"),
+            ],
+            **FCFS,
+        ),
+        starts={"b1", "a1"},
+        preempted={"a0": ("reclaim", "b1")},
+    ),
 ]
 
 
@@ -1151,6 +1282,7 @@ def test_case_ids_name_their_section() -> None:
         "capacity-lost",
         "no-idle-capacity",
         "fragmented",
+        "member-limit",
     }
 
 

@@ -30,7 +30,10 @@ from .test_shortcuts import CLASSES, busy_cluster
 TYPES = [("big", 8), ("small", 4)]
 
 
-def random_scenario(rng: random.Random) -> dict[str, Any]:
+def random_scenario(rng: random.Random, members: bool = False) -> dict[str, Any]:
+    """A random replay; with ``members``, limits of running GPUs per member on some teams (one
+    changed by an event), and a submitter (or none) on each job, drawn after the rest so that
+    the scenarios without are those drawn before."""
     teams = []
     for i in range(rng.randint(2, 5)):
         team: dict[str, Any] = {
@@ -82,6 +85,15 @@ def random_scenario(rng: random.Random) -> dict[str, Any]:
         else:
             idle = rng.choice(["fair-share", "first-come-first-serve"])
             events.append({"at": at, "update_policy": {"idle_allocation": idle}})
+    if members:
+        for team in teams:
+            team["max_running_gpus_per_member"] = rng.choice([None, 2, 4, 8, 16])
+        for job in jobs:
+            job["submitter"] = rng.choice([None, "ann", "bob", "ann"])
+        limit = rng.choice([None, 1, 4])
+        events.append(
+            {"at": rng.randrange(0, 500), "update_team": {"name": "t0", "max_running_gpus_per_member": limit}}
+        )
     return {
         "cluster": {
             "node_pools": [
@@ -130,6 +142,17 @@ def test_a_session_gives_the_engines_plan_at_every_cycle_of_a_replay(seed: int) 
     # Only team, node and policy changes (and the first cycle) make the session start again.
     events = sum(1 for e in data["events"] if "cancel" not in e)
     assert both.session.rebuilds <= 1 + events
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_a_session_gives_the_engines_plan_with_limits_per_member(seed: int) -> None:
+    """A member's running GPUs follow the session's running jobs as they are added and
+    removed (``CycleState.record`` and ``remove``), and teams with the limit decide their
+    jobs one by one, quiet cycles included."""
+    both = Both()
+    replay(parse_scenario(random_scenario(random.Random(seed), members=True), name="random"), allocate=both)
+    assume(both.cycles > 0)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -43,9 +44,17 @@ from . import reference
 CLASSES = (PriorityClass("low", 10), PriorityClass("mid", 20), PriorityClass("high", 30))
 
 
-def busy_cluster(rng: random.Random, policy: ClusterPolicy, costs: bool = False) -> Snapshot:
+MEMBERS = ("ann", "bob", "cy")
+
+
+def busy_cluster(
+    rng: random.Random, policy: ClusterPolicy, costs: bool = False, members: bool = False
+) -> Snapshot:
     """Two instance types, quotas near capacity, nodes nearly full of jobs of random teams (so
     some teams borrow a lot), and many pending jobs of few shapes.
+
+    ``members``: also limits of running GPUs per member on some teams and a submitter (or
+    none) on each job, drawn after the rest so that the clusters without are those drawn before.
 
     ``costs``: also a minimum runtime on the policy and on some classes and checkpoints on
     some jobs (docs/preemption.md), drawn from a generator of their own after everything else,
@@ -118,6 +127,9 @@ def busy_cluster(rng: random.Random, policy: ClusterPolicy, costs: bool = False)
                 last_preempted_at=-1.0,
             )
         )
+    if members:
+        teams = [replace(t, max_running_gpus_per_member=rng.choice([None, 1, 2, 4, 6, 8, 16])) for t in teams]
+        jobs = [replace(j, submitter=rng.choice((None, *MEMBERS, "ann"))) for j in jobs]
     if costs:
         policy, jobs = _with_costs(random.Random(rng.random()), policy, jobs)
     return Snapshot(types, tuple(nodes), tuple(teams), policy, tuple(jobs))
@@ -156,6 +168,45 @@ def test_shortcuts_and_batches_never_change_the_plan(
     policy = ClusterPolicy(idle, ranking, share_unallocated, queueing, CLASSES)
     snapshot = busy_cluster(random.Random(seed), policy)
     assert allocate(snapshot, 0.0) == reference.allocate(snapshot, 0.0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    idle=st.sampled_from(list(IdleAllocation)),
+    ranking=st.sampled_from(list(TaskRanking)),
+    queueing=st.sampled_from(list(Queueing)),
+    share_unallocated=st.booleans(),
+)
+def test_limits_per_member_never_change_the_plan_of_the_reference(
+    seed: int, idle: IdleAllocation, ranking: TaskRanking, queueing: Queueing, share_unallocated: bool
+) -> None:
+    """Teams limiting the GPUs each member runs decide their jobs one by one (twins of two
+    members do not share a decision, memory.py's checklist): the plan is still the
+    reference's, reasons included."""
+    policy = ClusterPolicy(idle, ranking, share_unallocated, queueing, CLASSES)
+    snapshot = busy_cluster(random.Random(seed), policy, members=True)
+    assert allocate(snapshot, 0.0) == reference.allocate(snapshot, 0.0)
+
+
+def test_busy_clusters_with_members_exercise_the_limit() -> None:
+    """The generator with members makes jobs wait at the limit per member, and others of the
+    same teams start beside them."""
+    capped = started = 0
+    for seed in range(20):
+        snapshot = busy_cluster(random.Random(seed), ClusterPolicy(priority_classes=CLASSES), members=True)
+        plan = allocate(snapshot, 0.0)
+        limited = {t.name for t in snapshot.teams if t.max_running_gpus_per_member is not None}
+        capped += sum(r.code == "member-limit" for r in plan.pending.values())
+        started += sum(
+            1 for s in plan.starts if s.job_id.startswith("p") and _team_of(snapshot, s.job_id) in limited
+        )
+    assert capped > 20
+    assert started > 20
+
+
+def _team_of(snapshot: Snapshot, job_id: str) -> str:
+    return next(j.team for j in snapshot.jobs if j.id == job_id)
 
 
 @settings(max_examples=150, deadline=None)
@@ -221,6 +272,23 @@ def test_busy_clusters_meet_minimum_runtimes() -> None:
             plan = allocate(snapshot, 0.0)
             codes += sum(1 for r in plan.pending.values() if r.code == PendingCode.MIN_RUNTIME)
     assert codes > 10
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    idle=st.sampled_from(list(IdleAllocation)),
+    ranking=st.sampled_from(list(TaskRanking)),
+    queueing=st.sampled_from(list(Queueing)),
+)
+def test_limits_per_member_with_minimum_runtimes_and_checkpoints_keep_the_reference_plan(
+    seed: int, idle: IdleAllocation, ranking: TaskRanking, queueing: Queueing
+) -> None:
+    """Both at once: jobs decided one by one at the limit per member, while protected jobs are
+    no candidates and checkpoints order the victims; the plan is still the reference's."""
+    policy = ClusterPolicy(idle, ranking, True, queueing, CLASSES)
+    snapshot = busy_cluster(random.Random(seed), policy, costs=True, members=True)
+    assert allocate(snapshot, 0.0) == reference.allocate(snapshot, 0.0)
 
 
 def test_busy_clusters_exercise_preemption() -> None:
@@ -301,3 +369,26 @@ def test_a_failed_search_is_tried_again_once_a_team_borrowing_there_loses_a_job_
     this cluster then leaves p194 waiting, where the cycle without shortcuts takes r0, r6, r10,
     r16 and r18."""
     assert victims_of(fair_share_plan(1718, False), "p194") == {"r0", "r6", "r10", "r16", "r18"}
+
+
+def test_a_capped_teams_waiting_twins_are_decided_as_runs_each_held_to_the_limit() -> None:
+    """A limit per member is tested before anything else, so a capped team's twins still share
+    their shape's failure (memory.py's checklist): the cycle consumes them as runs, not one by
+    one, giving each member's jobs at the limit ``member-limit`` instead; the reference agrees."""
+    teams = (Team("a", {"big": Quota(quota=8, borrow_limit_percent=0)}, max_running_gpus_per_member=4),)
+    jobs = [
+        Job("r0", "a", "big", 4, -10.0, seq=0, nodes=(("n0", 4),), started_at=-10.0, submitter="ann"),
+        Job("r1", "a", "big", 4, -10.0, seq=1, nodes=(("n0", 4),), started_at=-10.0, submitter="bob"),
+    ]
+    jobs += [
+        Job(f"p{k}", "a", "big", 1, float(k), seq=10 + k, submitter=("ann", "cy")[k % 2]) for k in range(60)
+    ]
+    snapshot = Snapshot(
+        (InstanceType("big", 8),), (Node("n0", "big", 8),), teams, ClusterPolicy(), tuple(jobs)
+    )
+    plan = allocate(snapshot, 0.0)
+    assert plan == reference.allocate(snapshot, 0.0)
+    runs, singles, _ = plan.pending.parts()
+    assert len(singles) <= 2 and sum(len(ids) for ids, _ in runs) >= 58
+    codes = {plan.pending[f"p{k}"].code.value for k in range(60)}
+    assert codes == {"member-limit", "waiting-for-quota"}

@@ -39,3 +39,15 @@ def test_kueue_export_warns_of_each_teams_limits(rich_policy):
     export = kueue.export_manifests()
     assert [w for w in export.warnings if "submission" in w] == ["research: " + WORDS.format("Kueue")]
     assert export.problems == []
+
+
+def test_exports_warn_that_the_engine_holds_a_member_back(rich_policy):
+    """The limit per member is the engine's (docs/limits.md): its warning says so, apart."""
+    Team.objects.filter(pk=rich_policy.research.pk).update(max_running_gpus_per_member=8)
+    words = (
+        "research: at most 8 GPUs running per member cannot be expressed in {} "
+        "(gpugov's allocation engine holds a member's jobs back at each cycle)."
+    )
+    assert words.format("HyperPod") in hyperpod.export_policy().warnings
+    assert words.format("Kueue") in kueue.export_manifests().warnings
+    assert not [w for w in kueue.export_manifests().warnings if "submission" in w]

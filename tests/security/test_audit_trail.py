@@ -84,6 +84,7 @@ CASES: list[tuple[Any, tuple[str, ...], Any, str, Any, str]] = [
     (services.team_update, policy_fields.TEAM_FIELDS, _team, "max_gpus_per_job", 16, "16"),
     (services.team_update, policy_fields.TEAM_FIELDS, _team, "max_pending_jobs_per_member", 5, "5"),
     (services.team_update, policy_fields.TEAM_FIELDS, _team, "max_pending_jobs", 20, "20"),
+    (services.team_update, policy_fields.TEAM_FIELDS, _team, "max_running_gpus_per_member", 8, "8"),
     (services.team_quota_set, policy_fields.QUOTA_FIELDS, _quota, "quota", 4, "4"),
     (
         services.team_quota_set,

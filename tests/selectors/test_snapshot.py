@@ -117,6 +117,24 @@ def test_running_and_pending_jobs_with_ids_seq_and_unix_times(personas: Personas
     )
 
 
+def test_the_limit_per_member_and_each_jobs_submitter_reach_the_engine(personas: Personas) -> None:
+    """docs/limits.md: unlike the submission limits, the most GPUs running per member is the
+    engine's to enforce, by username."""
+    from allocations.models import Team
+
+    Team.objects.filter(pk=personas.team.pk).update(max_running_gpus_per_member=6, max_gpus_per_job=4)
+    mine = f.make_job(personas.team, personas.instance_type, 2, submitter=personas.member)
+    nobodys = f.make_job(personas.team, personas.instance_type, 2)
+    snapshot = build_snapshot(NOW)
+    teams = {team.name: team for team in snapshot.teams}
+    assert (teams["team-a"].max_running_gpus_per_member, teams["team-b"].max_running_gpus_per_member) == (
+        6,
+        None,
+    )
+    submitters = {job_pk(job.id): job.submitter for job in snapshot.jobs}
+    assert submitters == {mine.pk: "bob", nobodys.pk: None}
+
+
 def test_minimum_runtimes_and_checkpoints_map_to_the_engines_fields(personas: Personas) -> None:
     """docs/preemption.md section 7: the policy's and each class's minimum runtime (none: the
     policy's), and each job's checkpoint interval and the progress it kept."""

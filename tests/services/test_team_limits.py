@@ -84,6 +84,27 @@ def test_a_job_over_the_teams_gpus_per_job_is_refused_with_both_numbers(personas
     assert submit(personas, gpus=4).gpus == 4
 
 
+def test_a_job_larger_than_the_gpus_running_per_member_is_refused_and_others_are_not(personas):
+    """docs/limits.md: the engine holds a member's jobs back at each cycle, but a job above
+    the limit on its own could never start, so it is refused at submission; a job within it
+    is accepted whatever the member runs already (that is the engine's to judge)."""
+    limit(personas, max_running_gpus_per_member=4)
+    with pytest.raises(ValidationError) as caught:
+        submit(personas, gpus=8)
+    assert (
+        refusal(caught, "gpus")
+        == "Team team-a allows at most 4 GPUs running per member; this job asks for 8."
+    )
+    f.make_job(personas.team, personas.instance_type, 4, submitter=personas.member, state=JobState.RUNNING)
+    assert submit(personas, gpus=4).state == JobState.PENDING
+    assert (
+        services.job_submit(
+            user=None, team=personas.team, name="x", instance_type=personas.instance_type, gpus=8, command="x"
+        ).gpus
+        == 8
+    )
+
+
 # --- Pending jobs --------------------------------------------------------------------------------
 def test_a_member_past_the_pending_jobs_per_member_is_refused_and_a_colleague_is_not(personas):
     limit(personas, max_pending_jobs_per_member=2)

@@ -260,6 +260,26 @@ CORPUS = [
         "options.cycle_interval: must be a whole number of seconds >= 0 (0: a cycle at every happening), got '60'",
     ),
     ("bad-horizon", scenario(horizon="-1"), "horizon: must be a number of seconds >= 0, got -1"),
+    (
+        "zero-member-limit",
+        scenario(teams="[{name: team-a, quota: {ml.p5.48xlarge: 8}, max_running_gpus_per_member: 0}]"),
+        "teams[0].max_running_gpus_per_member: must be a whole number >= 1, got 0",
+    ),
+    (
+        "text-member-limit",
+        scenario(teams="[{name: team-a, quota: {ml.p5.48xlarge: 8}, max_running_gpus_per_member: lots}]"),
+        "teams[0].max_running_gpus_per_member: must be a whole number >= 1, got 'lots'",
+    ),
+    (
+        "number-submitter",
+        scenario(jobs="[{id: j1, team: team-a, gpus: 1, submitter: 7}]"),
+        "jobs[0].submitter: must be a non-empty string, got 7",
+    ),
+    (
+        "empty-submitter",
+        scenario(jobs="[{id: j1, team: team-a, gpus: 1, submitter: ''}]"),
+        "jobs[0].submitter: must be a non-empty string, got ''",
+    ),
     ("expect-unknown-job", scenario(expect="{running: [j7]}"), "expect.running[0]: unknown job, got 'j7'"),
     ("expect-bad-code", scenario(expect="{pending: {j1: stuck}}"), "expect.pending.j1: must be one of"),
     # docs/preemption.md 7: the settings of preemption cost.

@@ -54,6 +54,7 @@ def _random_team(rng: random.Random) -> Team:
         preempt_while_borrowing_max_priority=(
             rng.choice([None, rng.randrange(0, 101)]) if preempt_while_borrowing is not None else None
         ),
+        max_running_gpus_per_member=rng.choice([None, None, rng.randrange(1, 65)]),
     )
 
 
@@ -71,7 +72,15 @@ def test_a_team_written_as_a_scenario_entry_reads_back_the_same(seed: int) -> No
     read = read_team(reader, team_scenario(team, list(TYPES)), "teams[0]", TYPES, ClusterPolicy(), None)
     assert reader.errors == []
     assert read is not None
-    settings = ("name", "active", "sharing", "fair_share_weight", "preempt_team_tasks", "reclaim")
+    settings = (
+        "name",
+        "active",
+        "sharing",
+        "fair_share_weight",
+        "preempt_team_tasks",
+        "reclaim",
+        "max_running_gpus_per_member",
+    )
     assert [getattr(read, f) for f in settings] == [getattr(team, f) for f in settings]
     assert read.preempt_while_borrowing == team.preempt_while_borrowing
     assert read.preempt_while_borrowing_max_priority == team.preempt_while_borrowing_max_priority

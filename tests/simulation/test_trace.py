@@ -118,3 +118,13 @@ def test_trace_jobs_that_can_never_fit_are_errors_unless_kept(tmp_path: Path) ->
     with pytest.raises(ScenarioError, match=r"jobs_csv line 2 \(gpus\): job '0' can never fit"):
         load_scenario(file)
     assert set(load_scenario(file, keep_unfit=True).rejected) == {"0"}
+
+
+def test_a_submitter_column_gives_each_job_its_submitter(tmp_path: Path) -> None:
+    """docs/simulation.md: ``columns: {submitter: ...}``; an empty cell is no submitter, on the
+    short way (a plainly usable row) and the long one (a row short of cells) alike."""
+    scenario = SCENARIO.replace("priority: best_effort}", "priority: best_effort, submitter: owner}")
+    trace = "job_id,user,num_gpu,submit_time,duration,best_effort,owner\n0,vc_6214e9,1,10,100,0, ann \n"
+    trace += "1,vc_6214e9,1,11,100,0,\n2,vc_6214e9,1,12,100,0\n"
+    loaded = load_scenario(write(tmp_path, scenario=scenario, trace=trace))
+    assert {j.id: j.submitter for j in loaded.jobs} == {"0": "ann", "1": None, "2": None}

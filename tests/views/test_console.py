@@ -535,6 +535,7 @@ TEAM_FIELDS = [
     "max_gpus_per_job",
     "max_pending_jobs_per_member",
     "max_pending_jobs",
+    "max_running_gpus_per_member",
     "quota-0-quota",
     "quota-0-borrow_limit_kind",
     "quota-0-borrow_limit_percent",

@@ -189,3 +189,29 @@ def test_a_drafts_team_form_has_no_limits(personas):
     html = client_for(personas.cluster_admin).get(url).content.decode()
     assert 'name="fair_share_weight"' in html
     assert 'name="max_gpus_per_job"' not in html and 'id="team-limits"' not in html
+
+
+def test_the_team_form_sets_the_most_gpus_running_per_member_and_the_queue_page_shows_it(personas):
+    """docs/limits.md: set in the limits card (audited); the member sees where they stand."""
+    data = team_post(personas.team, {"ml.p5.48xlarge": {"quota": 8}}, max_running_gpus_per_member=6)
+    response = client_for(personas.cluster_admin).post(team_url(), data)
+    assert response.status_code == 302, response.content.decode()[-3000:]
+    assert Team.objects.get(pk=personas.team.pk).max_running_gpus_per_member == 6
+    assert AuditEntry.objects.get(field="max_running_gpus_per_member").new_value == "6"
+    f.make_job(personas.team, personas.instance_type, 4, submitter=personas.member, state=JobState.RUNNING)
+    f.make_job(
+        personas.team, personas.instance_type, 2, submitter=personas.team_admin, state=JobState.RUNNING
+    )
+    line = " ".join(client_for(personas.member).get("/teams/team-a/").content.decode().split())
+    assert "you have 0 pending; you run 4 of 6 GPUs; the team has 0 pending." in line
+    html = client_for(personas.cluster_admin).get(team_url()).content.decode()
+    card = html.split('id="team-limits"')[1].split("</section>")[0]
+    assert 'name="max_running_gpus_per_member" value="6"' in card
+
+
+def test_a_bad_most_gpus_running_per_member_is_named_on_the_form(personas):
+    data = team_post(personas.team, {"ml.p5.48xlarge": {"quota": 8}}, max_running_gpus_per_member=0)
+    response = client_for(personas.cluster_admin).post(team_url(), data)
+    assert response.status_code == 200
+    assert "Most GPUs running per member" in response.content.decode()
+    assert not AuditEntry.objects.exists()
