@@ -126,6 +126,9 @@ class ClusterPolicy:
     share_unallocated: bool = True
     queueing: Queueing = Queueing.BEST_EFFORT_FIFO
     priority_classes: tuple[PriorityClass, ...] = ()
+    # Fairness over time (docs/fairness.md): 0 and 0 are the share of this instant alone.
+    fair_share_half_life_s: float = 0.0
+    fair_share_history_percent: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +187,9 @@ class Snapshot:
     jobs: Sequence[Job]
     serial: int | None = field(default=None, compare=False, repr=False)
     changes: JobChanges | None = field(default=None, compare=False, repr=False)
+    # Per team, its borrowed GPUs averaged over the past with weights halving every
+    # ``policy.fair_share_half_life_s`` (docs/fairness.md); a team not named has none.
+    borrowed_history: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

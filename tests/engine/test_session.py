@@ -301,3 +301,22 @@ def test_a_session_gives_the_engines_plans_on_the_start_of_the_philly_trace(
     replay(parse_scenario(data, name="philly-head"), allocate=both)
     assert both.cycles > 500
     assert both.session.rebuilds == 1
+
+
+def test_a_session_starts_again_when_the_borrowed_history_changes() -> None:
+    """docs/fairness.md: the history is fixed for a cycle but moves from one to the next; a
+    session's kept shares would be stale, so it starts again from the snapshot."""
+    policy = ClusterPolicy(
+        IdleAllocation.FAIR_SHARE,
+        priority_classes=CLASSES,
+        fair_share_half_life_s=600.0,
+        fair_share_history_percent=60,
+    )
+    snapshot = busy_cluster(random.Random(11), policy)
+    session = Session()
+    assert session(snapshot, 0.0) == allocate(snapshot, 0.0)
+    for step in range(1, 4):
+        history = {t.name: float(step * k) for k, t in enumerate(snapshot.teams)}
+        snapshot = dataclasses.replace(snapshot, borrowed_history=history)
+        assert session(snapshot, float(step)) == allocate(snapshot, float(step))
+    assert session.rebuilds == 4

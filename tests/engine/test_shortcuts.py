@@ -110,7 +110,11 @@ def busy_cluster(rng: random.Random, policy: ClusterPolicy) -> Snapshot:
                 last_preempted_at=-1.0,
             )
         )
-    return Snapshot(types, tuple(nodes), tuple(teams), policy, tuple(jobs))
+    history: dict[str, float] = {}
+    if policy.fair_share_half_life_s > 0:
+        # Drawn last, so that a cluster without history is the one it always was.
+        history = {t.name: rng.choice([0.0, 0.0, 1.0, 2.5, rng.uniform(0, 30)]) for t in teams}
+    return Snapshot(types, tuple(nodes), tuple(teams), policy, tuple(jobs), borrowed_history=history)
 
 
 @settings(max_examples=150, deadline=None)
@@ -120,11 +124,25 @@ def busy_cluster(rng: random.Random, policy: ClusterPolicy) -> Snapshot:
     ranking=st.sampled_from(list(TaskRanking)),
     queueing=st.sampled_from(list(Queueing)),
     share_unallocated=st.booleans(),
+    history_percent=st.sampled_from([0, 0, 30, 70, 100]),
 )
 def test_shortcuts_and_batches_never_change_the_plan(
-    seed: int, idle: IdleAllocation, ranking: TaskRanking, queueing: Queueing, share_unallocated: bool
+    seed: int,
+    idle: IdleAllocation,
+    ranking: TaskRanking,
+    queueing: Queueing,
+    share_unallocated: bool,
+    history_percent: int,
 ) -> None:
-    policy = ClusterPolicy(idle, ranking, share_unallocated, queueing, CLASSES)
+    policy = ClusterPolicy(
+        idle,
+        ranking,
+        share_unallocated,
+        queueing,
+        CLASSES,
+        fair_share_half_life_s=3600.0 if history_percent else 0.0,
+        fair_share_history_percent=history_percent,
+    )
     snapshot = busy_cluster(random.Random(seed), policy)
     assert allocate(snapshot, 0.0) == reference.allocate(snapshot, 0.0)
 
