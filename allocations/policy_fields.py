@@ -21,7 +21,14 @@ INSTANCE_TYPE_FIELDS = ("name", "gpus_per_node", "price_per_gpu_hour", "descript
 NODE_FIELDS = ("name", "instance_type", "gpus", "state", "reason")
 PRIORITY_CLASS_FIELDS = ("name", "weight", "description")
 CLUSTER_FIELDS = ("name", "backend_kind", "backend_settings", "time_zone")
-CLUSTER_POLICY_FIELDS = ("idle_allocation", "task_ranking", "share_unallocated", "queueing")
+CLUSTER_POLICY_FIELDS = (
+    "idle_allocation",
+    "task_ranking",
+    "share_unallocated",
+    "queueing",
+    "fair_share_half_life_s",
+    "fair_share_history_percent",
+)
 # A team's settings that decide what runs: everything but its name, which identifies it in an
 # import or a draft, and its limits below.
 TEAM_SETTINGS = (

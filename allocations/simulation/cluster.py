@@ -113,13 +113,28 @@ def _read_settings(
 # --------------------------------------------------------------------------------------------
 # Policy
 
-POLICY_KEYS = ("idle_allocation", "task_ranking", "share_unallocated", "queueing", "priority_classes")
+POLICY_KEYS = (
+    "idle_allocation",
+    "task_ranking",
+    "share_unallocated",
+    "queueing",
+    "priority_classes",
+    "fair_share_half_life_s",
+    "fair_share_history_percent",
+)
 _POLICY_READERS: dict[str, SettingReader] = {
     "idle_allocation": _choice(IdleAllocation),
     "task_ranking": _choice(TaskRanking),
     "share_unallocated": Reader.boolean,
     "queueing": _choice(Queueing),
+    # Fairness over time (docs/fairness.md); the engine takes seconds as a float.
+    "fair_share_half_life_s": lambda r, value, path: _float(r.number(value, path, minimum=0)),
+    "fair_share_history_percent": lambda r, value, path: r.whole(value, path, 0, 100),
 }
+
+
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def read_policy(r: Reader, raw: object, path: str, base: ClusterPolicy) -> ClusterPolicy:

@@ -338,6 +338,10 @@ class Replay:
         # figure, in the order of ``_summed_names`` (an instant adds four lists, not 200 items).
         self._summed_names: tuple[str, ...] = ()
         self._summed: list[list[float]] = [[], [], [], []]
+        # Fairness over time (docs/fairness.md): per team, its borrowed GPU-seconds decayed with
+        # the policy's half-life up to ``last_time``, as the loop reads them off the history.
+        self.borrowed_lately: dict[str, float] = {}
+        self._history: tuple[float, Mapping[str, float]] = (-1.0, {})
         self.capacity_seconds = 0.0
         self.allocated_seconds = 0.0
         self.idle_waiting_seconds = 0.0
@@ -610,6 +614,7 @@ class Replay:
             jobs=self.jobs_view,
             serial=self.serial,
             changes=changes,
+            borrowed_history=self._borrowed_history(),
         )
 
     def _settle(self, now: float) -> None:
@@ -765,7 +770,39 @@ class Replay:
         self.capacity_seconds += capacity * span
         self.allocated_seconds += allocated * span
         self.idle_waiting_seconds += idle_waiting * span
+        if self.policy.fair_share_half_life_s > 0:
+            self._decay(names, rates[1], span)
         self.last_time = to
+
+    def _decay(self, names: Sequence[str], borrowed: Sequence[float], span: float) -> None:
+        """Decay each team's borrowing lately over ``span`` seconds and add what it borrowed
+        meanwhile (at a constant rate b, ``b * h / ln 2 * (1 - 2 ** (-span / h))``)."""
+        half_life = self.policy.fair_share_half_life_s
+        factor = 0.5 ** (span / half_life)
+        gained = half_life / math.log(2) * (1 - factor)
+        lately = self.borrowed_lately
+        for name in lately:
+            lately[name] *= factor
+        for name, rate in zip(names, borrowed, strict=True):
+            if rate:
+                lately[name] = lately.get(name, 0.0) + rate * gained
+
+    def _borrowed_history(self) -> Mapping[str, float]:
+        """``Snapshot.borrowed_history`` at the current time: the decayed average of borrowed
+        GPUs of each team (``selectors/fairness.py`` reads the same from the loop's history);
+        one mapping per time, so that the cycles of one instant keep their session."""
+        policy = self.policy
+        if policy.fair_share_half_life_s <= 0 or policy.fair_share_history_percent <= 0:
+            return {}
+        if self._history[0] != self.last_time:
+            scale = math.log(2) / policy.fair_share_half_life_s
+            history = {
+                name: seconds * scale
+                for name, seconds in self.borrowed_lately.items()
+                if seconds > 0 and name in self.teams
+            }
+            self._history = (self.last_time, history)
+        return self._history[1]
 
     def _flush_teams(self) -> None:
         """Bring ``team_seconds`` up to date with the running sums."""
@@ -917,6 +954,7 @@ class Replay:
                 preemptions=self.team_preemptions.get(name, 0),
                 lost_gpu_hours=self.lost.get(name, 0.0) / 3600,
                 starts=len(waits),
+                borrowed_lately_gpu_hours=self.borrowed_lately.get(name, 0.0) / 3600,
             )
         cluster = ClusterResult(
             capacity_gpu_hours=self.capacity_seconds / 3600,

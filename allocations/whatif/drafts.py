@@ -2,7 +2,8 @@
 
 Layout (every key always present, so a body is complete on its own)::
 
-    {"cluster_policy": {"idle_allocation", "task_ranking", "share_unallocated", "queueing"},
+    {"cluster_policy": {"idle_allocation", "task_ranking", "share_unallocated", "queueing",
+                        "fair_share_half_life_s", "fair_share_history_percent"},
      "priority_classes": [{"name", "weight", "description"}, ...],
      "teams": [{"name", <TEAM_FIELDS>, "quotas": [{"instance_type", <QUOTA_FIELDS>}, ...]}, ...]}
 
