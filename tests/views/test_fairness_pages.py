@@ -56,3 +56,46 @@ def test_borrowed_lately_of_a_snapshot_is_its_history_in_gpu_hours(personas: Per
     snapshot = replace(snapshot, borrowed_history={"team-a": 3.0})
     lately = team_borrowed_lately(snapshot, "team-a")
     assert lately is not None and lately.gpu_hours == pytest.approx(3.0 * 2 / math.log(2))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("fair_share_half_life_s", "-5", "Fair-share half-life must be 0 or more seconds; got -5."),
+        ("fair_share_half_life_s", "soon", "Fair-share half-life must be a whole number of seconds; got"),
+        ("fair_share_history_percent", "101", "Fair-share history percent must be at most 100; got 101."),
+    ],
+)
+def test_the_policy_form_names_a_bad_history_setting_and_its_value(
+    personas: Personas, field: str, value: str, message: str
+) -> None:
+    client = Client()
+    client.force_login(personas.cluster_admin)
+    data = {
+        "form": "policy",
+        "policy-idle_allocation": "fair-share",
+        "policy-task_ranking": "priority",
+        "policy-queueing": "best-effort-fifo",
+        "policy-share_unallocated": "on",
+        f"policy-{field}": value,
+    }
+    response = client.post(reverse("allocations:policy"), data)
+    assert response.status_code == 200
+    assert message in response.content.decode().replace("&#x27;", "'")
+    assert ClusterPolicy.objects.get().fair_share_half_life_s == 0
+
+
+def test_the_policy_form_turns_the_history_on(personas: Personas) -> None:
+    client = Client()
+    client.force_login(personas.cluster_admin)
+    data = {
+        "form": "policy",
+        "policy-idle_allocation": "fair-share",
+        "policy-task_ranking": "priority",
+        "policy-queueing": "best-effort-fifo",
+        "policy-fair_share_half_life_s": "86400",
+        "policy-fair_share_history_percent": "30",
+    }
+    assert client.post(reverse("allocations:policy"), data).status_code == 302
+    policy = ClusterPolicy.objects.get()
+    assert (policy.fair_share_half_life_s, policy.fair_share_history_percent) == (86400, 30)
