@@ -57,6 +57,9 @@ COLLECT_AFTER_EVENTS = 16
 # Jobs submitted at one time from which their engine ``Job``s are made by ``build_many``:
 # below, its setup per field costs more than it saves.
 BUILD_MANY_FROM = 16
+# Seconds between two refreshes of the borrowing lately that snapshots carry (docs/fairness.md):
+# the loop's history has one sample a minute.
+HISTORY_STEP = 60.0
 
 UNSUBMITTED, PENDING, RUNNING, FINISHED, CANCELLED, REJECTED = (
     "unsubmitted",
@@ -342,6 +345,7 @@ class Replay:
         # the policy's half-life up to ``last_time``, as the loop reads them off the history.
         self.borrowed_lately: dict[str, float] = {}
         self._history: tuple[float, Mapping[str, float]] = (-1.0, {})
+        self._history_policy: object = None
         self.capacity_seconds = 0.0
         self.allocated_seconds = 0.0
         self.idle_waiting_seconds = 0.0
@@ -789,12 +793,21 @@ class Replay:
 
     def _borrowed_history(self) -> Mapping[str, float]:
         """``Snapshot.borrowed_history`` at the current time: the decayed average of borrowed
-        GPUs of each team (``selectors/fairness.py`` reads the same from the loop's history);
-        one mapping per time, so that the cycles of one instant keep their session."""
+        GPUs of each team (``selectors/fairness.py`` reads the same from the loop's history).
+        Made again once a minute at most (``HISTORY_STEP``), as the loop's history is sampled:
+        the engine's session starts again whenever it changes, and a busy replay has several
+        instants a second."""
         policy = self.policy
         if policy.fair_share_half_life_s <= 0 or policy.fair_share_history_percent <= 0:
             return {}
-        if self._history[0] != self.last_time:
+        at, _ = self._history
+        if (
+            at < 0
+            or self.last_time < at
+            or self.last_time - at >= HISTORY_STEP
+            or self._history_policy is not policy
+        ):
+            self._history_policy = policy
             scale = math.log(2) / policy.fair_share_half_life_s
             history = {
                 name: seconds * scale

@@ -25,6 +25,7 @@ from allocations.engine.session import Session
 from allocations.simulation import parse_scenario, replay
 from allocations.simulation.scenario import team_name_from_trace
 
+from . import reference
 from .test_shortcuts import CLASSES, busy_cluster
 
 TYPES = [("big", 8), ("small", 4)]
@@ -320,3 +321,27 @@ def test_a_session_starts_again_when_the_borrowed_history_changes() -> None:
         snapshot = dataclasses.replace(snapshot, borrowed_history=history)
         assert session(snapshot, float(step)) == allocate(snapshot, float(step))
     assert session.rebuilds == 4
+
+
+class WithReference(Both):
+    """``Both``, also compared with the plain cycle of ``tests/engine/reference.py``."""
+
+    def __call__(self, snapshot: Snapshot, now: float) -> Plan:
+        plan = super().__call__(snapshot, now)
+        assert plan == reference.allocate(snapshot, now), f"cycle {self.cycles - 1} at t={now}"
+        return plan
+
+
+# Long: each draw replays a random scenario through the session, the engine and the reference.
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), percent=st.sampled_from([40, 100]))
+def test_replays_with_fairness_over_time_give_the_reference_plans(seed: int, percent: int) -> None:
+    """docs/fairness.md: the replay's history moves at every instant; the session starts again
+    for it, and the cycle's shortcuts, fed shares with history, still give the plain cycle's
+    plans over whole replays."""
+    data = random_scenario(random.Random(seed))
+    data["policy"].update(
+        idle_allocation="fair-share", fair_share_half_life_s=120, fair_share_history_percent=percent
+    )
+    both = WithReference()
+    replay(parse_scenario(data, name="random"), allocate=both)

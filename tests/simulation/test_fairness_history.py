@@ -3,6 +3,7 @@ borrowing with the policy's half-life, as the loop reads it off the recorded his
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any
 
@@ -79,3 +80,24 @@ def test_bad_history_settings_name_key_and_value(policy: dict[str, Any], message
     with pytest.raises(ScenarioError) as info:
         parse_scenario(cluster(policy, 10))
     assert message in str(info.value)
+
+
+def test_the_history_is_made_again_once_a_minute_at_most() -> None:
+    """The engine's session starts again whenever the history differs, so the replay refreshes
+    it as the loop's history is sampled, once a minute (``replay.HISTORY_STEP``)."""
+    data = cluster({"fair_share_half_life_s": 3600, "fair_share_history_percent": 50}, 600)
+    data["jobs"] += [
+        {"id": f"z{k}", "team": "y", "gpus": 1, "submit": 1800 + 7 * k, "duration": 5} for k in range(40)
+    ]
+    refreshes: list[tuple[float, object]] = []
+
+    def recording(snapshot: Snapshot, now: float) -> Plan:
+        if not refreshes or snapshot.borrowed_history is not refreshes[-1][1]:
+            refreshes.append((now, snapshot.borrowed_history))
+        return allocate(snapshot, now)
+
+    data["horizon"] = 2400
+    replay(parse_scenario(data), allocate=recording)
+    times = [now for now, _ in refreshes]
+    assert len(times) > 3
+    assert all(b - a >= 60 for a, b in itertools.pairwise(times))
