@@ -36,14 +36,25 @@ def borrowed_an_hour_ago(personas: Personas, gpus: int) -> None:
     )
 
 
-@pytest.mark.parametrize("url_name", ["allocations:team_queue", "allocations:dashboard_team"])
-def test_team_pages_show_borrowed_lately_only_while_history_counts(personas: Personas, url_name: str) -> None:
+@pytest.mark.parametrize(
+    ("url_name", "kwargs"),
+    [
+        ("allocations:team_queue", {"team": "team-a"}),
+        ("allocations:dashboard_team", {"team": "team-a"}),
+        ("allocations:team_detail", {"name": "team-a"}),
+    ],
+)
+def test_team_pages_show_borrowed_lately_only_while_history_counts(
+    personas: Personas, url_name: str, kwargs: dict[str, str]
+) -> None:
     borrowed_an_hour_ago(personas, 60)  # 60 GPUs for a minute: 1 GPU-hour, about half of it left
-    url = reverse(url_name, kwargs={"team": "team-a"})
-    page = member_client(personas).get(url).content.decode()
+    url = reverse(url_name, kwargs=kwargs)
+    client = Client()
+    client.force_login(personas.cluster_admin if url_name == "allocations:team_detail" else personas.member)
+    page = client.get(url).content.decode()
     assert 'id="borrowed-lately"' not in page
     ClusterPolicy.objects.update(fair_share_half_life_s=3600, fair_share_history_percent=25)
-    page = member_client(personas).get(url).content.decode()
+    page = client.get(url).content.decode()
     assert 'id="borrowed-lately"' in page
     assert "0.5 GPU-hours" in page
     assert "25% of the team" in page
