@@ -183,7 +183,7 @@ class TeamQuotaAdmin(ReadOnlyAdmin):
 class JobEventInline(ReadOnlyInline):
     model = JobEvent
     fk_name = "job"
-    fields = ["at", "kind", "reason", "nodes", "preemptor", "message"]
+    fields = ["at", "kind", "reason", "nodes", "preemptor", "message", "ran_s", "lost_gpu_seconds"]
 
 
 @admin.register(Job)

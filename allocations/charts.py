@@ -356,6 +356,56 @@ def _stacked_counts(rows: Sequence[Row]) -> list[float]:
     return list(totals.values())
 
 
+# How long victims had run (``services.history.RAN_FIELDS``, then those not known), in order.
+VICTIM_RUNS = ("under 10 min", "10-60 min", "over 1 h", "unknown")
+
+
+def lost_work_chart(points: Iterable[Mapping[str, Any]], *, key: str = "lost_work") -> Chart:
+    """GPU-hours of work thrown away by preemptions per bucket (docs/preemption.md section 2).
+
+    ``points``: ``selectors.history.preemption_points``' cost rows (``at``, ``lost_gpu_hours``,
+    one row per victim run-time band, each with its point's lost GPU-hours): one bar a point.
+    """
+    lost: dict[str, float] = {}
+    for p in points:
+        lost[iso(p["at"])] = float(p["lost_gpu_hours"])
+    rows = tuple((at, round(hours, 3)) for at, hours in sorted(lost.items()))
+    title = "GPU-hours lost to preemption"
+    figure = {
+        "data": [
+            {"type": "bar", "name": "GPU-hours lost", "x": [r[0] for r in rows], "y": [r[1] for r in rows]}
+        ],
+        "layout": _layout(title, yaxis={"title": {"text": "GPU-hours"}}, annotations=_empty_note(rows)),
+    }
+    return Chart(key, title, ("time", "lost_gpu_hours"), rows, figure)
+
+
+def victim_runtime_chart(points: Iterable[Mapping[str, Any]], *, key: str = "victim_runtime") -> Chart:
+    """Preemptions over time, stacked by how long the victim had run since its last start: a
+    tall "under 10 min" bar is churn that a minimum runtime (docs/preemption.md section 1)
+    would have prevented.
+
+    ``points``: rows with ``at``, ``ran`` (a ``VICTIM_RUNS`` band) and ``preemptions``; bands
+    with none are left out.
+    """
+    order = {band: i for i, band in enumerate(VICTIM_RUNS)}
+    rows = sorted(
+        ((iso(p["at"]), p["ran"], int(p["preemptions"])) for p in points if p["preemptions"]),
+        key=lambda r: (order.get(r[1], len(order)), r[1], r[0]),
+    )
+    traces = [
+        {"type": "bar", "name": name, "x": xs, "y": ys} for name, (xs, ys) in _long_series(rows).items()
+    ]
+    title = "Preemptions by how long the victim had run"
+    figure = {
+        "data": traces,
+        "layout": _layout(
+            title, barmode="stack", yaxis={"title": {"text": "preemptions"}}, annotations=_empty_note(rows)
+        ),
+    }
+    return Chart(key, title, ("time", "victim_ran", "preemptions"), tuple(rows), figure)
+
+
 def fair_share_chart(teams: Iterable[Mapping[str, Any]]) -> Chart:
     """Each team's share of all borrowed GPU-hours beside its share of the fair-share weights.
 

@@ -67,6 +67,10 @@ PENDING_CODE_WORDS: dict[str, str] = {
     PendingCode.CAPACITY_LOST: "Nodes were lost: the ready GPUs cannot hold it beside the running jobs.",
     PendingCode.NO_IDLE_CAPACITY: "Its team must borrow, and no idle GPUs are left to borrow.",
     PendingCode.FRAGMENTED: "Enough GPUs are free, but no node has room for it.",
+    PendingCode.MIN_RUNTIME: (
+        "It could start by preempting jobs that have not yet run their minimum runtime: it starts "
+        "when they have (docs/preemption.md section 1)."
+    ),
 }
 PREEMPTION_REASON_CHOICES = _choices(PreemptionReason)
 

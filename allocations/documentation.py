@@ -2,21 +2,22 @@
 
 Users of the console do not have the repository at hand, yet forms and pages point at
 ``docs/glossary.md`` and its neighbours, so the console serves them at ``/docs/<name>/``.
-The Markdown is rendered by the small converter below (headings, paragraphs, lists, tables,
-fenced code, inline code, links and bold): the project's docs use nothing else, and it needs
-no package beyond Django. Every piece of text is escaped before any markup is added, so a page
-can hold no HTML of its own.
+The Markdown is rendered by markdown-it-py (CommonMark and tables) with raw HTML off, so a page
+can hold no HTML of its own, and links to anything but the web, an anchor or another served
+document are refused by its link check; links and code spans naming a served document point
+at its page in the console.
 """
 
 from __future__ import annotations
 
-import html
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 from django.utils.safestring import SafeString, mark_safe
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 
@@ -65,131 +66,47 @@ def _doc_url(target: str, names: set[str]) -> str | None:
     return f"/docs/{name}/" + (f"#{anchor}" if anchor else "")
 
 
-_CODE = re.compile(r"`([^`]+)`")
-_LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
-_BOLD = re.compile(r"\*\*(.+?)\*\*")
-_EMPHASIS = re.compile(r"(?<![\w*])\*(?![\s*])([^*]+?)(?<!\s)\*(?![\w*])")
-
-
-def _inline(text: str, names: set[str]) -> str:
-    """Escape ``text`` and add its inline markup: code spans (kept verbatim), links, bold."""
-    pieces: list[str] = []
-
-    def code(match: re.Match[str]) -> str:
-        inner = match.group(1)
-        url = _doc_url(inner, names)
-        rendered = f"<code>{html.escape(inner)}</code>"
-        pieces.append(f'<a href="{url}">{rendered}</a>' if url else rendered)
-        return f"\x00{len(pieces) - 1}\x00"
-
-    text = _CODE.sub(code, text)
-
-    def link(match: re.Match[str]) -> str:
-        label, target = match.group(1), match.group(2)
-        url = _doc_url(target, names)
-        if url is None and re.match(r"^https?://", target):
-            url = target
-        if url is None and target.startswith("#"):
-            url = target
-        label_html = _BOLD.sub(r"<strong>\1</strong>", html.escape(label))
-        pieces.append(f'<a href="{html.escape(url)}">{label_html}</a>' if url else label_html)
-        return f"\x00{len(pieces) - 1}\x00"
-
-    text = _LINK.sub(link, text)
-    text = _BOLD.sub(r"<strong>\1</strong>", html.escape(text))
-    text = _EMPHASIS.sub(r"<em>\1</em>", text)
-    # Put the code spans and links back (their placeholders came through escaping unchanged).
-    return re.sub(r"\x00(\d+)\x00", lambda m: pieces[int(m.group(1))], text)
+_WEB = re.compile(r"^(https?://|#)")
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-def _row(line: str) -> list[str]:
-    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+def _parser(names: set[str]) -> MarkdownIt:
+    """CommonMark with tables, no raw HTML; a link must go to the web, an anchor or a document."""
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    md.validateLink = lambda url: bool(_WEB.match(url)) or _doc_url(url, names) is not None  # type: ignore[method-assign]
+    return md
+
+
+def _linked_code(child: Token, url: str) -> list[Token]:
+    """A code span naming a served document, wrapped in a link to its page."""
+    opening = Token("link_open", "a", 1, attrs={"href": url})
+    return [opening, child, Token("link_close", "a", -1)]
 
 
 def render(text: str) -> SafeString:
-    """The HTML of a Markdown page (the subset the project's docs use), escaped throughout."""
+    """The HTML of a Markdown page: headings get anchors, tables the console's look, links and
+    code spans naming a served document point at its page."""
     names = {d.name for d in documents()}
-    out: list[str] = []
-    lines = text.splitlines()
-    i = 0
-    paragraph: list[str] = []
-
-    def flush() -> None:
-        if paragraph:
-            out.append(f"<p>{_inline(' '.join(paragraph), names)}</p>")
-            paragraph.clear()
-
-    while i < len(lines):
-        line = lines[i]
-        stripped = line.strip()
-        if stripped.startswith("```"):  # 1. fenced code, verbatim
-            flush()
-            body = []
-            i += 1
-            while i < len(lines) and not lines[i].strip().startswith("```"):
-                body.append(lines[i])
-                i += 1
-            out.append(f"<pre><code>{html.escape(chr(10).join(body))}</code></pre>")
-            i += 1
-            continue
-        heading = re.match(r"^(#{1,6})\s+(.*)$", line)
-        if heading:  # 2. headings, with an anchor
-            flush()
-            level, title = len(heading.group(1)), heading.group(2).strip()
-            out.append(f'<h{level} id="{_slug(title)}">{_inline(title, names)}</h{level}>')
-            i += 1
-            continue
-        if (
-            stripped.startswith("|")
-            and i + 1 < len(lines)
-            and re.match(r"^\s*\|[\s:|-]+\|\s*$", lines[i + 1])
-        ):
-            flush()  # 3. a table: header, separator, rows
-            head = "".join(f"<th>{_inline(c, names)}</th>" for c in _row(line))
-            rows = []
-            i += 2
-            while i < len(lines) and lines[i].strip().startswith("|"):
-                rows.append(
-                    "<tr>" + "".join(f"<td>{_inline(c, names)}</td>" for c in _row(lines[i])) + "</tr>"
-                )
-                i += 1
-            out.append(
-                f'<table class="table"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
-            )
-            continue
-        item = re.match(r"^(\s*)([-*]|\d+\.)\s+(.*)$", line)
-        if item and not line.startswith("    "):  # 4. a list; indented lines continue an item
-            flush()
-            ordered = item.group(2)[0].isdigit()
-            items: list[str] = []
-            while i < len(lines):
-                current = re.match(r"^(\s*)([-*]|\d+\.)\s+(.*)$", lines[i])
-                if current and len(current.group(1)) <= len(item.group(1)):
-                    items.append(current.group(3).strip())
-                elif lines[i].strip() and (lines[i].startswith(" ") or current):
-                    items[-1] += " " + lines[i].strip()
+    md = _parser(names)
+    tokens = md.parse(text)
+    for i, token in enumerate(tokens):
+        if token.type == "heading_open":
+            token.attrSet("id", _slug(tokens[i + 1].content))
+        elif token.type == "table_open":
+            token.attrSet("class", "table")
+        elif token.type == "inline" and token.children:
+            children: list[Token] = []
+            for child in token.children:
+                if child.type == "link_open":
+                    url = _doc_url(str(child.attrGet("href")), names)
+                    if url is not None:
+                        child.attrSet("href", url)
+                if child.type == "code_inline" and (url := _doc_url(child.content, names)) is not None:
+                    children += _linked_code(child, url)
                 else:
-                    break
-                i += 1
-            tag = "ol" if ordered else "ul"
-            out.append(f"<{tag}>" + "".join(f"<li>{_inline(x, names)}</li>" for x in items) + f"</{tag}>")
-            continue
-        if stripped.startswith(">"):  # 5. a quote
-            flush()
-            quoted = []
-            while i < len(lines) and lines[i].strip().startswith(">"):
-                quoted.append(lines[i].strip()[1:].strip())
-                i += 1
-            out.append(f"<blockquote><p>{_inline(' '.join(quoted), names)}</p></blockquote>")
-            continue
-        if not stripped:
-            flush()
-        else:
-            paragraph.append(stripped)
-        i += 1
-    flush()
-    return mark_safe("\n".join(out))  # built from escaped text only
+                    children.append(child)
+            token.children = children
+    return mark_safe(md.renderer.render(tokens, md.options, {}))  # raw HTML is off: all text is escaped

@@ -63,6 +63,15 @@ class ClusterPolicy(models.Model):
         default=0,
         help_text="How much of a team's fair share is its decayed borrowing (0-100); the rest is borrowing now.",
     )
+    min_runtime_s = models.PositiveIntegerField(
+        default=0,
+        help_text="Seconds a job runs after each start before it may be preempted (docs/preemption.md section 1)",
+    )
+    # Grace is not carried out yet (docs/preemption.md section 5): the field exists so that
+    # every layer names it, and the services accept only 0.
+    preemption_grace_s = models.PositiveIntegerField(
+        default=0, help_text="Seconds a victim gets to stop; only 0 (docs/preemption.md section 5)"
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -84,6 +93,8 @@ class ClusterPolicy(models.Model):
                 condition=Q(fair_share_history_percent__lte=100),
                 name="policy_fair_share_history_percent_valid",
             ),
+            models.CheckConstraint(condition=Q(min_runtime_s__gte=0), name="policy_min_runtime_non_negative"),
+            models.CheckConstraint(condition=Q(preemption_grace_s=0), name="policy_preemption_grace_zero"),
         ]
 
     def __str__(self) -> str:
@@ -166,12 +177,21 @@ class PriorityClass(models.Model):
     name = models.CharField(max_length=63, unique=True)
     weight = models.PositiveSmallIntegerField()
     description = models.CharField(max_length=200, blank=True)
+    min_runtime_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Seconds; empty: the cluster policy's minimum runtime (docs/preemption.md section 1)",
+    )
 
     class Meta:
         ordering = ["-weight", "name"]
         verbose_name_plural = "priority classes"
         constraints = [
             models.CheckConstraint(condition=Q(weight__gte=0, weight__lte=100), name="priority_weight_0_100"),
+            models.CheckConstraint(
+                condition=Q(min_runtime_s__isnull=True) | Q(min_runtime_s__gte=0),
+                name="priority_min_runtime_non_negative",
+            ),
             models.CheckConstraint(
                 condition=Q(name__regex=choices.DNS_LABEL_REGEX), name="priority_name_dns_label"
             ),
@@ -351,6 +371,15 @@ class Job(models.Model):
     command = models.TextField(blank=True)
     image = models.CharField(max_length=300, blank=True)
     requested_duration = models.PositiveIntegerField(null=True, blank=True, help_text="Seconds")
+    checkpoint_interval_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Seconds between its checkpoints; empty: none (docs/preemption.md section 2)",
+    )
+    # What preemptions cost it (docs/preemption.md section 2), written by the allocation loop:
+    # the seconds of work its checkpoints kept, and the GPU-seconds its preemptions threw away.
+    progress_kept_s = models.FloatField(default=0)
+    lost_gpu_seconds = models.FloatField(default=0)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     submitted_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -380,6 +409,16 @@ class Job(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(gpus__gte=1), name="job_gpus_positive"),
             models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid"),
+            models.CheckConstraint(
+                condition=Q(checkpoint_interval_s__isnull=True) | Q(checkpoint_interval_s__gte=0),
+                name="job_checkpoint_interval_non_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(progress_kept_s__gte=0), name="job_progress_kept_non_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(lost_gpu_seconds__gte=0), name="job_lost_gpu_seconds_non_negative"
+            ),
             # Concurrent requests with one key: one insert wins, the others read its job.
             models.UniqueConstraint(
                 fields=["submitter", "idempotency_key"],
@@ -402,12 +441,23 @@ class JobEvent(models.Model):
     reason = models.CharField(max_length=32, blank=True)
     preemptor = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     message = models.CharField(max_length=500, blank=True)
+    # For a preempted event (docs/preemption.md section 2): how long the run lasted, and the
+    # GPU-seconds of work it lost (since its last checkpoint, times its GPUs).
+    ran_s = models.FloatField(null=True, blank=True)
+    lost_gpu_seconds = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["at", "id"]
         indexes = [models.Index(fields=["kind", "at"], name="jobevent_kind_at")]
         constraints = [
-            models.CheckConstraint(condition=Q(kind__in=JobEventKind.values), name="jobevent_kind_valid")
+            models.CheckConstraint(condition=Q(kind__in=JobEventKind.values), name="jobevent_kind_valid"),
+            models.CheckConstraint(
+                condition=Q(ran_s__isnull=True) | Q(ran_s__gte=0), name="jobevent_ran_non_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(lost_gpu_seconds__isnull=True) | Q(lost_gpu_seconds__gte=0),
+                name="jobevent_lost_gpu_seconds_non_negative",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -528,8 +578,8 @@ ANY_PREEMPTION = (
 class TeamUsageMinute(models.Model):
     """One team on one instance type at one minute (accounting of POLICY.md section 2).
 
-    Preemptions count the team's jobs preempted in the minute before ``minute``, by reason.
-    Rows that would be all zeros are not written."""
+    Preemptions count the team's jobs preempted in the minute before ``minute``, by reason and
+    by how long the victim had run, with the GPU-seconds of work they lost. Rows that would be all zeros are not written."""
 
     minute = models.DateTimeField()
     # No index of its own: (team, minute) serves lookups by team, and PostgreSQL would pick a
@@ -550,6 +600,12 @@ class TeamUsageMinute(models.Model):
     preempted_reclaim = models.PositiveIntegerField(default=0)
     preempted_reclaim_while_borrowing = models.PositiveIntegerField(default=0)
     preempted_fair_share = models.PositiveIntegerField(default=0)
+    # What those preemptions cost (docs/preemption.md section 2): the work they threw away,
+    # and the same preemptions counted by how long each victim had run since its last start.
+    lost_gpu_seconds = models.FloatField(default=0)
+    preempted_ran_under_10m = models.PositiveIntegerField(default=0)
+    preempted_ran_10_to_60m = models.PositiveIntegerField(default=0)
+    preempted_ran_over_1h = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["minute", "team_id", "instance_type_id"]
@@ -612,6 +668,10 @@ class TeamUsageRollup(models.Model):
     preempted_reclaim = models.PositiveIntegerField(default=0)
     preempted_reclaim_while_borrowing = models.PositiveIntegerField(default=0)
     preempted_fair_share = models.PositiveIntegerField(default=0)
+    lost_gpu_seconds = models.FloatField(default=0)
+    preempted_ran_under_10m = models.PositiveIntegerField(default=0)
+    preempted_ran_10_to_60m = models.PositiveIntegerField(default=0)
+    preempted_ran_over_1h = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["period", "start", "team_id", "instance_type_id"]

@@ -199,6 +199,7 @@ class JobSerializer(serializers.ModelSerializer):
             "command",
             "image",
             "requested_duration",
+            "checkpoint_interval_s",
             "state",
             "submitted_at",
             "started_at",
@@ -207,6 +208,8 @@ class JobSerializer(serializers.ModelSerializer):
             "nodes",
             "preemption_count",
             "last_preempted_at",
+            "progress_kept_s",
+            "lost_gpu_seconds",
         ]
         read_only_fields = fields
 
@@ -243,6 +246,13 @@ class JobSubmitSerializer(ErrorsQuoteValues, serializers.Serializer):
     requested_duration = serializers.IntegerField(
         required=False, allow_null=True, min_value=1, max_value=MAX_REQUESTED_DURATION, help_text="Seconds"
     )
+    checkpoint_interval_s = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=MAX_REQUESTED_DURATION,
+        help_text="Seconds between the job's checkpoints; null: it keeps none (docs/preemption.md section 2)",
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -262,7 +272,18 @@ class JobEventSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = JobEvent
-        fields = ["id", "job", "kind", "at", "nodes", "reason", "preemptor", "message"]
+        fields = [
+            "id",
+            "job",
+            "kind",
+            "at",
+            "nodes",
+            "reason",
+            "preemptor",
+            "message",
+            "ran_s",
+            "lost_gpu_seconds",
+        ]
 
 
 class UsageSerializer(serializers.Serializer):

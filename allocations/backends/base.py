@@ -84,6 +84,9 @@ class JobSpec:
     """What gpugov asks a backend to run.
 
     ``gpus`` is the job's total; ``duration_s`` (when known) bounds its run time.
+    ``progress_kept_s``: seconds of work its checkpoints kept from earlier runs (docs/
+    preemption.md section 2). A backend that models run time (the simulated one) runs it that
+    much shorter; a real one restarts the application, which resumes from its checkpoint.
     """
 
     job_id: str
@@ -94,6 +97,7 @@ class JobSpec:
     command: str = ""
     image: str = ""
     duration_s: int | None = None
+    progress_kept_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,9 @@ database says so" is repaired the same way.
   reports. Optional random failures (``node_failure_rate`` per node per hour, seeded) take a
   node down and fail the jobs on it; the node returns after ``node_repair_s``.
 * A job runs for its requested duration on the wall clock divided by ``speedup`` (60: a
-  requested hour lasts a minute), or ``default_duration_s`` when it asked for none.
+  requested hour lasts a minute), or ``default_duration_s`` when it asked for none. A job
+  preempted after a checkpoint resumes with that, less the progress it kept
+  (``JobSpec.progress_kept_s``, wall-clock seconds: docs/preemption.md section 2).
 * ``available: false`` takes the simulated cluster offline: every call raises
   :class:`TransientBackendError`, which is how the console's degraded mode is demonstrated.
 * An ended job is listed for ``LISTED_S`` after the cluster recorded its end (as Slurm lists
@@ -240,7 +242,11 @@ class SimulatedBackend(ClusterBackend):
             if known is not None and known.state != "pending":
                 return known.external_id
             self._check_placement(job, nodes, Node, SimulatedJob)
-            duration = (job.duration_s or self.default_duration_s) / self.speedup
+            # A job resumed from a checkpoint runs only the rest of its duration. Kept progress
+            # is counted on the loop's clock, the wall clock, like the run it was kept from.
+            duration = max(
+                0.0, (job.duration_s or self.default_duration_s) / self.speedup - job.progress_kept_s
+            )
             fields = {
                 "state": "running",
                 "nodes": [[name, gpus] for name, gpus in nodes],

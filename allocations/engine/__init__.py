@@ -13,6 +13,7 @@ if _build_path is not None:
     __path__.insert(0, _build_path)
 
 from . import cycle as _cycle  # noqa: E402 - after the build is on the path
+from .cost import last_checkpoint_s, lost_work_s, min_runtime_of  # noqa: E402
 from .cycle import allocate  # noqa: E402
 from .ranking import job_priority  # noqa: E402
 from .snapshot import (  # noqa: E402
@@ -70,5 +71,8 @@ __all__ = [
     "Team",
     "allocate",
     "job_priority",
+    "last_checkpoint_s",
+    "lost_work_s",
+    "min_runtime_of",
     "never_fits",
 ]

@@ -31,6 +31,7 @@ STAMP = BUILD_ROOT / "stamp.json"
 # The modules mypyc compiles, as one group (calls between them go straight through C).
 MODULES = (
     "accounting",
+    "cost",
     "cycle",
     "memory",
     "placement",

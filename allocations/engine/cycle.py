@@ -86,7 +86,9 @@ from .state import (
     JobRecord,
     NeverFitJudge,
     TeamState,
+    VictimKey,
     inactive_reason,
+    victim_key,
 )
 
 OrderKey = tuple[int, float, int, str]
@@ -395,9 +397,10 @@ class Queues:
         self.quiet_added = None
         rec = self.state.record(job)
         tt = rec.tt
-        tt.candidates.pop()
-        insort(tt.candidates, rec, key=_victim_key)
-        tt.cand_version += 1
+        if rec.protected_until == float("-inf"):
+            tt.candidates.pop()
+            insort(tt.candidates, rec, key=_victim_key)
+            tt.cand_version += 1
         rec.ts.touch(rec.team.index)
         rec.ts.placement.take(job.nodes)
         return rec
@@ -407,10 +410,63 @@ class Queues:
         self.quiet_added = None
         self.state.remove(rec)
         tt = rec.tt
-        tt.drop_candidate(rec)
+        if rec.protected_until > float("-inf"):
+            rec.ts.protected.remove(rec)
+        else:
+            tt.drop_candidate(rec)
         rec.ts.touch(rec.team.index)
         if rec.gpus >= tt.cand_max:
             tt.cand_max = max((c.gpus for c in tt.candidates), default=0)
+
+    def advance(self, now: float) -> None:
+        """A later instant in a state where jobs were protected by their minimum runtime or
+        ordered by their checkpoints (``CycleState.timed``; docs/preemption.md 1 and 3): the
+        protections that ended make their jobs candidates, and checkpointed candidates take
+        their order at ``now``; the state is then what a new one built at ``now`` would be.
+        Every memory that could read either is let go: the types touched have their epochs
+        moved (new or reordered candidates may help a search, or let a team with a high share
+        into one), and no quiet cycle starts from the last one (its ``min-runtime`` reasons
+        tell a time left)."""
+        state = self.state
+        state.now = now
+        touched: set[str] = set()
+        for name, ts in state.types.items():
+            if not ts.protected:
+                continue
+            touched.add(name)  # a reason's time left moved, or a protection ended
+            still: list[JobRecord] = []
+            for rec in ts.protected:
+                # Its place among the candidates of ``preemption.min_runtime_reason`` too.
+                rec.victim_key = victim_key(rec.priority, rec.job, now)
+                if rec.protected_until > now:
+                    still.append(rec)
+                    continue
+                rec.protected_until = float("-inf")
+                insort(rec.tt.candidates, rec, key=_victim_key)
+                state.counted(rec)
+            ts.protected = still
+        for team in state.team_list:
+            for name, tt in team.per_type.items():
+                moved = False
+                for rec in tt.candidates:
+                    if rec.job.checkpoint_interval_s:
+                        key = victim_key(rec.priority, rec.job, now)
+                        if key != rec.victim_key:
+                            rec.victim_key = key
+                            moved = True
+                if moved:
+                    tt.candidates.sort(key=_victim_key)
+                    tt.cand_version += 1
+                    state.types[name].touch(team.index)
+                    touched.add(name)
+        for name in touched:
+            state.preempt_epoch[name] += 1
+            state.rise_epoch[name] += 1
+            state.free_epoch[name] += 1
+            state.types[name].version += 1
+        if touched:
+            self.epoch_base += 1
+            self.quiet_added = None
 
     def end_backoffs(self, now: float) -> None:
         """Jobs whose back-off has ended by ``now`` move to their eligible shape."""
@@ -826,7 +882,7 @@ class BatchedCycle:
             tt.cand_gpus[rec.priority] += rec.gpus
 
 
-def _victim_key(rec: JobRecord) -> tuple[int, float, int, int, str]:
+def _victim_key(rec: JobRecord) -> VictimKey:
     return rec.victim_key
 
 

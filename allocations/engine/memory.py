@@ -30,7 +30,14 @@ Each fact and what it depends on (its inputs; the counters are kept by the accou
 | every kind but ``TEAM_LIMIT`` | whether the job ends within its quota; under fair share its team's borrowed GPUs and usage there |
 | a failed search of ``Memory.search`` | as ``SEARCHED`` or ``SHARE_BOUND``, for the same shape, within-quota side and (fair share) own share |
 | a reason's figures (``Failure.reason_at``) | nothing changed on its type (``TypeState.version``) |
+| any failure on a type with jobs protected by their minimum runtime (``TypeState.protected``) | only at its epoch: its reason may be ``min-runtime``, which reads the whole state (``preemption.min_runtime_reason``); never carried |
+| a ``Session``'s state once a job was protected or checkpointed in it (``CycleState.timed``) | the same ``now``: at a new one ``Queues.advance`` makes ended protections candidates, reorders checkpointed ones and moves the epochs of the types it touched |
 | ``FollowOn``, ``Queues.epoch_base`` (a session) | the next snapshot is this plan applied and nothing else; teams, policy and nodes are the very same objects (``Session._update``) |
+
+A job protected by its minimum runtime (docs/preemption.md 1) is no candidate at all, and the
+set of protected jobs only grows within a cycle (a job started in it with a minimum runtime is
+protected from its start): a failure without them stands as it did. Only the reasons read
+them, and those are made again at every failure there.
 
 What none of them depends on, and must stay so for the memory to be right: the job's own
 submit time and id (except under ``lower-or-newer-equal-priority``, whose jobs are each decided
@@ -64,6 +71,7 @@ from .preemption import (
     NONE_FOUND,
     Search,
     find_victims,
+    min_runtime_reason,
     own_candidates,
     team_limit_hopeless,
 )
@@ -168,8 +176,16 @@ class Memory:
             kind = SHARE_BOUND if search.share_bound else SEARCHED
         ts = rec.ts
         tt = rec.tt
-        if f.reason_at != ts.version or f.reason is None:
+        if f.reason_at != ts.version or f.reason is None or ts.protected:
             f.reason = state.reason(rec)
+            f.reason_at = ts.version
+        if ts.protected and search is not None and search.victims is None and not search.deferred:
+            # docs/preemption.md 4: the victims it needs may be protected by their minimum
+            # runtime; that search reads the whole state, so its reason is made for each
+            # failure (never carried: ``carried``).
+            protected = min_runtime_reason(state, rec)
+            if protected is not None:
+                f.reason = protected
             f.reason_at = ts.version
         why = f.reason
         if why.code == PendingCode.BORROW_LIMIT and (
@@ -218,7 +234,9 @@ class Memory:
         (``TEAM_LIMIT``). Only the reason is made again, in the current state: its figures may
         have moved. A job that waited because its victims would include a job started in the
         cycle (``DEFERRED``) waits again only while nothing changed on its type."""
-        if not self.carry:
+        if not self.carry or f.ts.protected:
+            # A job protected by its minimum runtime on the type may make any failure's reason
+            # ``min-runtime`` (``remember``), which reads the whole state: nothing is carried.
             return None
         tt, ts = f.tt, f.ts
         state = self.state

@@ -22,18 +22,29 @@ The back-off (POLICY.md 3.5) still rules out a ring: a job preempted at T preemp
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left
+import math
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
 
 from .ranking import ShareKey, share_key
 from .snapshot import (
+    PendingCode,
+    PendingReason,
     PreemptionReason,
     PreemptTeamTasks,
     PreemptWhileBorrowing,
     Reclaim,
 )
-from .state import CycleState, JobRecord, TeamState, TeamType, TypeState, effective_preempt_while_borrowing
+from .state import (
+    CycleState,
+    JobRecord,
+    TeamState,
+    TeamType,
+    TypeState,
+    VictimKey,
+    effective_preempt_while_borrowing,
+)
 
 Victims = list[tuple[JobRecord, PreemptionReason]]
 _priority = attrgetter("priority")
@@ -704,7 +715,7 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Search:
     cursor = dict.fromkeys(lists, 0)
     trial = Trial(state, rec)
 
-    def entry(team: TeamState) -> tuple[int, int, int, tuple[int, float, int, int, str], int]:
+    def entry(team: TeamState) -> tuple[int, int, int, VictimKey, int]:
         # Highest share first; on equal shares another team before the preemptor's own; then
         # the team whose next candidate comes first in the preemption order.
         is_own = team is own_team
@@ -796,3 +807,75 @@ def find_victims(state: CycleState, rec: JobRecord) -> Search:
             state.restore(victim)
         return NONE_YET
     return search
+
+
+def _victim_key(rec: JobRecord) -> VictimKey:
+    return rec.victim_key
+
+
+def _in_time(seconds: float) -> str:
+    """A time left as the pending reason says it: whole minutes rounded up, seconds below one."""
+    if seconds < 60:
+        return f"{max(1, math.ceil(seconds))} s"
+    return f"{math.ceil(seconds / 60)} min"
+
+
+def min_runtime_reason(state: CycleState, rec: JobRecord) -> PendingReason | None:
+    """docs/preemption.md 4: the reason ``min-runtime`` for a job whose search found no victim,
+    when the same search with the jobs protected by their minimum runtime counted as candidates
+    (on its instance type: ``TypeState.protected``) finds a set that takes some of them; None
+    otherwise. The message names the protected victims and the time until the last of them may
+    be taken ("reclaims 8 GPUs from speech's job 4121 in 6 min: minimum runtime").
+
+    The state is left as it was: the protected jobs are candidates only during this search, and
+    its victims are given back. The bounds before a search read kept figures, which are made
+    again for the candidates of this search and after it: the lists of other teams' candidates
+    (``TypeState.touch``), what they could free (the type's ``version``) and the highest shares
+    among them (``share_version``)."""
+    ts = rec.ts
+    protected = ts.protected
+    if not protected:
+        return None
+    maxes: list[tuple[TeamType, int]] = []
+    for p in protected:
+        tt = p.tt
+        maxes.append((tt, tt.cand_max))
+        insort(tt.candidates, p, key=_victim_key)
+        tt.cand_gpus[p.priority] = tt.cand_gpus.get(p.priority, 0) + p.gpus
+        tt.cand_max = max(tt.cand_max, p.gpus)
+        tt.cand_version += 1
+        ts.touch(p.team.index)
+    ts.version += 1
+    state.share_version += 1
+    try:
+        victims = _fair_share(state, rec).victims if state.fair_share else _first_come_first_serve(state, rec)
+        if victims is not None:
+            for victim, _ in victims:
+                state.restore(victim)
+    finally:
+        for p in protected:
+            p.tt.drop_candidate(p)
+            ts.touch(p.team.index)
+        for tt, cand_max in reversed(maxes):
+            tt.cand_max = cand_max
+        ts.version += 1
+        state.share_version += 1
+    if victims is None:
+        return None
+    now = state.now
+    held = [v for v, _ in victims if v.protected_until > now]
+    if not held:
+        return None
+    # The victim protected longest first: the job starts when its protection ends.
+    held.sort(key=lambda v: (-v.protected_until, v.victim_key))
+    first = held[0]
+    gpus = sum(v.gpus for v in held)
+    gpus_text = f"{gpus} GPU" if gpus == 1 else f"{gpus} GPUs"
+    verb = "preempts" if first.team is rec.team else "reclaims"
+    whose = f"{first.team.team.name}'s job {first.job.id}"
+    if len(held) > 1:
+        whose += f" and {len(held) - 1} more"
+    return PendingReason(
+        PendingCode.MIN_RUNTIME,
+        f"{verb} {gpus_text} from {whose} in {_in_time(first.protected_until - now)}: minimum runtime",
+    )

@@ -120,7 +120,12 @@ class Session:
             or now < queues.now
         ):
             return False
+        # docs/preemption.md 1 and 3: minimum runtimes end and checkpoints move the victim
+        # order with time (``Queues.advance``); running jobs added below are judged at ``now``.
+        if now != queues.now and queues.state.timed:
+            queues.advance(now)
         queues.now = now
+        queues.state.now = now
         jobs = snapshot.jobs
         if jobs is not last.jobs:
             changes = snapshot.changes

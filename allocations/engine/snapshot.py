@@ -69,6 +69,8 @@ class PendingCode(StrEnum):
     CAPACITY_LOST = "capacity-lost"
     NO_IDLE_CAPACITY = "no-idle-capacity"
     FRAGMENTED = "fragmented"
+    # docs/preemption.md 4: the victims it needs are protected only by their minimum runtime.
+    MIN_RUNTIME = "min-runtime"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,8 @@ class Team:
 class PriorityClass:
     name: str
     weight: int
+    # docs/preemption.md 1: None takes the cluster policy's ``min_runtime_s``.
+    min_runtime_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +133,9 @@ class ClusterPolicy:
     # Fairness over time (docs/fairness.md): 0 and 0 are the share of this instant alone.
     fair_share_half_life_s: float = 0.0
     fair_share_history_percent: int = 0
+    # docs/preemption.md 1: a running job is no preemption candidate until it has run this
+    # long since its last start (0: from its start, today's behaviour).
+    min_runtime_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +161,11 @@ class Job:
     # Back-off (POLICY.md 3.5): how often it has been preempted, and when last.
     preemptions: int = 0
     last_preempted_at: float | None = None
+    # docs/preemption.md 2: a checkpoint every so many seconds of a run (None or 0: none), and
+    # the work kept from earlier runs by checkpoints (the simulator and the loop subtract it from
+    # the remaining duration; no decision reads it).
+    checkpoint_interval_s: float | None = None
+    progress_kept_s: float = 0.0
 
     @property
     def running(self) -> bool:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final
 
+from .cost import lost_work_s, min_runtimes
 from .placement import NodeShare, Placement
 
 if TYPE_CHECKING:
@@ -180,6 +181,7 @@ class TypeState:
         "placement",
         "pool",
         "pool_used",
+        "protected",
         "quota_sum",
         "running",
         "version",
@@ -196,6 +198,8 @@ class TypeState:
         self.pool_used = 0
         self.held = 0  # unused lendable quota of the teams holding it (POLICY.md 3.3)
         self.running = 0  # GPUs of running jobs, on ready nodes or not
+        # Running jobs protected by their minimum runtime, no candidates (docs/preemption.md 1).
+        self.protected: list[JobRecord] = []
         self.borrowers: set[int] = set()  # indexes of the teams above their quota here
         # Bumped whenever ``borrowers`` or a team's preemption candidates here change: other
         # teams' candidate lists (``preemption.borrowers``) hold until it moves.
@@ -245,6 +249,7 @@ class JobRecord:
         "order_key",
         "preemptions",
         "priority",
+        "protected_until",
         "started_in_cycle",
         "team",
         "ts",
@@ -252,7 +257,9 @@ class JobRecord:
         "victim_key",
     )
 
-    def __init__(self, job: Job, team: TeamState, tt: TeamType, ts: TypeState, priority: int) -> None:
+    def __init__(
+        self, job: Job, team: TeamState, tt: TeamType, ts: TypeState, priority: int, now: float = 0.0
+    ) -> None:
         self.job = job
         self.team = team
         self.tt = tt
@@ -261,21 +268,35 @@ class JobRecord:
         self.priority = priority
         # POLICY.md 3.1: priority high first, submit time, seq, id.
         self.order_key: tuple[int, float, int, str] = (-priority, job.submit_time, job.seq, job.id)
-        self.victim_key = victim_key(priority, job)  # POLICY.md 4: candidate order
+        self.victim_key = victim_key(priority, job, now)  # POLICY.md 4: candidate order
         self.nodes: NodeShare = job.nodes
         self.preemptions = job.preemptions
         self.last_preempted_at = job.last_preempted_at
         self.started_in_cycle = False  # set by ``CycleState.start``
+        # docs/preemption.md 1: until then it has not run its minimum runtime and is no
+        # preemption candidate (``CycleState.protect``); -inf for every other job.
+        self.protected_until = float("-inf")
 
     def __repr__(self) -> str:
         return f"JobRecord({self.job.id!r}, team={self.team.team.name!r}, gpus={self.gpus}, nodes={self.nodes!r})"
 
 
-def victim_key(priority: int, job: Job) -> tuple[int, float, int, int, str]:
-    """POLICY.md 4: lower priority first; most recently started first (the later start_seq among
-    equal start times); then id. (A job started in the cycle: ``CycleState.start``.)"""
-    started = job.started_at if job.started_at is not None else float("-inf")
-    return (priority, -started, -job.start_seq, job.seq, job.id)
+VictimKey = tuple[int, float, float, int, int, str]
+
+
+def victim_key(priority: int, job: Job, now: float) -> VictimKey:
+    """POLICY.md 4 as docs/preemption.md 3 reads it: lower priority first; least work lost first
+    (the latest last checkpoint, or start without checkpoints); most recently started first
+    (the later start_seq among equal start times); then id. For jobs without checkpoints it is
+    POLICY.md's order exactly. (A job started in the cycle: ``CycleState.start``.)"""
+    if job.started_at is None:
+        return (priority, float("inf"), float("inf"), -job.start_seq, job.seq, job.id)
+    started = job.started_at
+    since = started
+    if job.checkpoint_interval_s:
+        # When the work a preemption would lose began: its last checkpoint.
+        since = now - lost_work_s(job, now)
+    return (priority, -since, -started, -job.start_seq, job.seq, job.id)
 
 
 class CycleState:
@@ -294,6 +315,12 @@ class CycleState:
         self.now = now
         self.policy = snapshot.policy
         self.fair_share = self.policy.idle_allocation == IdleAllocation.FAIR_SHARE
+        # docs/preemption.md 1 and 3: each class's minimum runtime, and whether a job was ever
+        # protected by one or ordered by its checkpoints in this state: both move with ``now``,
+        # so a ``Session`` then builds again at a new instant.
+        self.min_runtime = float(self.policy.min_runtime_s)
+        self.min_runtimes = min_runtimes(self.policy)
+        self.timed = False
         self.types: dict[str, TypeState] = {}
         self.teams: dict[str, TeamState] = {}
         self.team_list: list[TeamState] = []
@@ -499,8 +526,9 @@ class CycleState:
 
     def record(self, job: Job) -> JobRecord:
         """A job's record; a running job is counted and becomes the last of its team's
-        preemption candidates there (``_build`` sorts them; a session puts it in its place).
-        The batched cycle makes a pending job's record only when it first decides it."""
+        preemption candidates there (``_build`` sorts them; a session puts it in its place),
+        unless its minimum runtime protects it (``protect``). The batched cycle makes a pending
+        job's record only when it first decides it."""
         rec = self._record(job)
         if job.nodes:
             self._change_usage(rec, rec.gpus)
@@ -510,13 +538,41 @@ class CycleState:
     def _record(self, job: Job) -> JobRecord:
         owner = self.teams[job.team]
         prio = 0 if job.priority_class is None else self.weights.get(job.priority_class, 0)
-        return JobRecord(job, owner, owner.per_type[job.instance_type], self.types[job.instance_type], prio)
+        rec = JobRecord(
+            job, owner, owner.per_type[job.instance_type], self.types[job.instance_type], prio, self.now
+        )
+        if job.nodes:
+            if job.checkpoint_interval_s:
+                self.timed = True
+            if job.started_at is not None:
+                until = job.started_at + self.min_runtime_of(job)
+                if self.now < until:
+                    rec.protected_until = until
+        return rec
+
+    def min_runtime_of(self, job: Job) -> float:
+        """``cost.min_runtime_of`` with the classes looked up once per cycle."""
+        if job.priority_class is None:
+            return self.min_runtime
+        return self.min_runtimes.get(job.priority_class, self.min_runtime)
 
     def _candidate(self, rec: JobRecord) -> None:
+        """A running job becomes the last of its team's candidates there, or, protected by its
+        minimum runtime, one of its type's ``protected`` jobs (no candidate)."""
+        if rec.protected_until > self.now:
+            self.protect(rec)
+            return
         rec.tt.candidates.append(rec)
-        self._counted(rec)
+        self.counted(rec)
 
-    def _counted(self, rec: JobRecord) -> None:
+    def protect(self, rec: JobRecord) -> None:
+        """docs/preemption.md 1: a running job that has not run its minimum runtime is no
+        candidate of any search; it is kept aside for the pending reason ``min-runtime``
+        (``preemption.min_runtime_reason``)."""
+        rec.ts.protected.append(rec)
+        self.timed = True
+
+    def counted(self, rec: JobRecord) -> None:
         """Count a candidate just put in its team's list."""
         tt = rec.tt
         tt.cand_version += 1
@@ -596,11 +652,20 @@ class CycleState:
         self._change_usage(rec, rec.gpus)
         self.cycle_starts += 1
         job = rec.job
-        rec.victim_key = (rec.priority, -self.now, -(_IN_CYCLE + self.cycle_starts), job.seq, job.id)
+        now = self.now
+        rec.victim_key = (rec.priority, -now, -now, -(_IN_CYCLE + self.cycle_starts), job.seq, job.id)
         rec.started_in_cycle = True
+        if job.checkpoint_interval_s:
+            self.timed = True
         tt = rec.tt
-        insort(tt.candidates, rec, key=_victim_key)
-        self._counted(rec)
+        min_runtime = self.min_runtime_of(job)
+        if min_runtime > 0:
+            # docs/preemption.md 1: protected from its start, no candidate at all.
+            rec.protected_until = now + min_runtime
+            self.protect(rec)
+        else:
+            insort(tt.candidates, rec, key=_victim_key)
+            self.counted(rec)
         if team.borrowed > borrowed:
             # Its share rose: its candidates may now be taken where it borrows.
             for name, team_tt in team.per_type.items():
@@ -612,11 +677,15 @@ class CycleState:
     def unstart(self, rec: JobRecord) -> None:
         """Undo ``start`` (a session takes its cycle's plan back)."""
         self.remove(rec)
-        rec.tt.drop_candidate(rec)
+        if rec.protected_until > float("-inf"):
+            rec.ts.protected.remove(rec)
+            rec.protected_until = float("-inf")
+        else:
+            rec.tt.drop_candidate(rec)
         rec.ts.touch(rec.team.index)
         rec.nodes = ()
         rec.started_in_cycle = False
-        rec.victim_key = victim_key(rec.priority, rec.job)
+        rec.victim_key = victim_key(rec.priority, rec.job, self.now)
 
     def remove(self, rec: JobRecord) -> None:
         """Take a running job off its nodes (a preemption, or a trial of one)."""
@@ -950,5 +1019,5 @@ def never_fits(snapshot: Snapshot, job: Job) -> PendingReason | None:
     return NeverFitJudge(snapshot).judge(job.team, job.instance_type, job.gpus)
 
 
-def _victim_key(rec: JobRecord) -> tuple[int, float, int, int, str]:
+def _victim_key(rec: JobRecord) -> VictimKey:
     return rec.victim_key

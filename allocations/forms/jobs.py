@@ -11,6 +11,7 @@ from typing import Any
 from django import forms
 
 from allocations.choices import Role
+from allocations.forms.policy import WholeNumberField
 from allocations.models import InstanceType, PriorityClass, Team
 from allocations.services import memberships
 from allocations.services.jobs import MAX_REQUESTED_DURATION, default_priority_class, team_default_class
@@ -36,6 +37,16 @@ class JobSubmitForm(forms.Form):
         required=False,
         label="Requested duration (seconds)",
         help_text="Used to estimate when queued jobs start.",
+    )
+    # Its bounds are the service's rule (``services.jobs``), whose message names the value.
+    checkpoint_interval_s = WholeNumberField(
+        label="Checkpoint interval (seconds)",
+        unit="seconds",
+        low=1,
+        high=MAX_REQUESTED_DURATION,
+        required=False,
+        help_text="How often the job saves its progress; preempted, it keeps its work up to its last "
+        "checkpoint. Empty: it keeps none (docs/preemption.md section 2).",
     )
 
     def __init__(self, *args: Any, team: Team | None = None, **kwargs: Any) -> None:

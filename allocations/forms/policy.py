@@ -169,13 +169,24 @@ class NodeStateForm(forms.Form):
     reason = forms.CharField(max_length=200, required=False)
 
 
+def min_runtime_field(*, required: bool, help_text: str) -> WholeNumberField:
+    return WholeNumberField(
+        label="Minimum runtime (seconds)", unit="seconds", low=0, required=required, help_text=help_text
+    )
+
+
 class PriorityClassForm(PolicyForm):
     rule = staticmethod(rules.validate_priority_class)  # type: ignore[assignment]
     weight = WholeNumberField(label="Weight", low=0, high=100, help_text="0 to 100; higher runs first")
+    min_runtime_s = min_runtime_field(
+        required=False,
+        help_text="A job of this class is no preemption candidate until it has run this long since its "
+        "last start; empty: the cluster policy's (docs/preemption.md section 1)",
+    )
 
     class Meta:
         model = PriorityClass
-        fields = ["name", "weight", "description"]
+        fields = list(policy_fields.PRIORITY_CLASS_FIELDS)
 
 
 class TeamForm(PolicyForm):
@@ -447,6 +458,23 @@ class ClusterPolicyForm(PolicyForm):
         help_text="0 to 100: how much of a team's share is its borrowing lately; the rest is borrowing now.",
     )
 
+    # Both optional: empty is 0, today's behaviour, so a form posted without them (an older
+    # page, a script) changes nothing about preemption.
+    min_runtime_s = min_runtime_field(
+        required=False,
+        help_text="A running job is no preemption candidate until it has run this long since its last "
+        "start; 0 or empty: no minimum. A priority class may set its own (docs/preemption.md section 1)",
+    )
+    preemption_grace_s = WholeNumberField(
+        label="Preemption grace (seconds)",
+        unit="seconds",
+        low=0,
+        high=0,
+        required=False,
+        help_text="Not carried out yet: a victim is stopped at once, so only 0 is accepted "
+        "(docs/preemption.md section 5)",
+    )
+
     # Empty is off, as a form posted before these fields existed means.
     def clean_fair_share_half_life_s(self) -> int:
         return self.cleaned_data.get("fair_share_half_life_s") or 0
@@ -473,6 +501,12 @@ class ClusterPolicyForm(PolicyForm):
                 "Strict FIFO: it blocks the jobs behind it (they wait with blocked-by-fifo)."
             ),
         }
+
+    def clean(self) -> dict[str, Any]:
+        for name in ("min_runtime_s", "preemption_grace_s"):
+            if name in self.cleaned_data and self.cleaned_data[name] is None:
+                self.cleaned_data[name] = 0
+        return super().clean()
 
 
 class MembershipForm(PolicyForm):

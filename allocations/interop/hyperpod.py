@@ -30,7 +30,8 @@ Mapping (POLICY.md section 1 -> SageMaker's model):
 Not expressible, hence a warning: lend limits, reclaim, preempt-while-borrowing and its
 maximum priority, ``lower-or-newer-equal-priority``, ``task_ranking: first-come-first-serve``,
 ``queueing: strict-fifo``, more than 10 priority classes, instance types SageMaker does not know,
-fairness over time (docs/fairness.md) and what a team may ask for (docs/limits.md).
+fairness over time (docs/fairness.md), what a team may ask for (docs/limits.md) and minimum
+runtimes (docs/preemption.md section 1).
 """
 
 from __future__ import annotations
@@ -45,7 +46,15 @@ from allocations import bounded_json, choices
 from allocations.choices import BorrowLimitKind
 from allocations.models import Team, TeamQuota
 
-from .policy import ImportedPolicy, PolicyState, QuotaSettings, TeamSettings, limit_warnings, read_policy
+from .policy import (
+    ImportedPolicy,
+    PolicyState,
+    QuotaSettings,
+    TeamSettings,
+    limit_warnings,
+    preemption_cost_warnings,
+    read_policy,
+)
 from .shapes import Problem, check_request, join_path, shape_at
 
 FORMAT = "gpugov-hyperpod/1"
@@ -119,6 +128,7 @@ def export_policy(state: PolicyState | None = None) -> HyperPodExport:
     scheduler = _scheduler_request(state, arn, warnings)
     sagemaker_types = known_instance_types()
     quotas = [_quota_request(state, team, arn, sagemaker_types, warnings) for team in state.teams]
+    warnings += preemption_cost_warnings(state, "HyperPod")
     bundle = {
         "Format": FORMAT,
         "ClusterSchedulerConfig": scheduler,

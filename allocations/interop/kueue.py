@@ -16,7 +16,7 @@ settings map one to one:
 GPUs are the resource ``nvidia.com/gpu``. What Kueue configures outside these objects (fair
 sharing is a setting of Kueue's controller, as is admission fair sharing, the nearest to
 fairness over time, docs/fairness.md) or cannot express (what a team may ask for,
-docs/limits.md) is a warning.
+docs/limits.md; minimum runtimes, docs/preemption.md section 1) is a warning.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import yaml
 from allocations.choices import BorrowLimitKind
 from allocations.models import Team, TeamQuota
 
-from .policy import PolicyState, limit_warnings, read_policy
+from .policy import PolicyState, limit_warnings, preemption_cost_warnings, read_policy
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 GPU = "nvidia.com/gpu"
@@ -131,6 +131,7 @@ def export_manifests(state: PolicyState | None = None) -> KueueExport:
         manifests.append(manifest)
 
     _policy_warnings(state, warnings)
+    warnings += preemption_cost_warnings(state, "Kueue")
     problems = [problem for manifest in manifests for problem in structural_problems(manifest)]
     return KueueExport(manifests=manifests, warnings=warnings, problems=problems)
 

@@ -91,6 +91,34 @@ def limit_warnings(team: Team, system: str) -> list[str]:
     ]
 
 
+def preemption_cost_warnings(state: PolicyState, target: str) -> list[str]:
+    """What of the preemption-cost settings (docs/preemption.md) ``target`` ("HyperPod",
+    "Kueue") cannot express: minimum runtimes, of the policy and of each class that sets its
+    own. Neither has one (Kueue's is KEP-9876, open), so there jobs are preemptible at once.
+    Checkpoints are the jobs' own (``checkpoint_interval_s``), not the policy's: nothing to
+    export, but victims there are chosen by start time, not by work lost since a checkpoint."""
+    warnings = []
+    policy_minimum = state.policy.min_runtime_s
+    if policy_minimum:
+        warnings.append(
+            f"min_runtime_s is {policy_minimum}: {target} has no minimum runtime, so a job there may be "
+            "preempted as soon as it starts (docs/preemption.md section 1); it is not exported."
+        )
+    classes = [pc for pc in state.priority_classes if pc.min_runtime_s is not None]
+    if classes:
+        listed = ", ".join(f"{pc.name} ({pc.min_runtime_s} s)" for pc in classes)
+        warnings.append(
+            f"Priority classes with their own minimum runtime: {listed}. {target} has none; not exported "
+            "(docs/preemption.md section 1)."
+        )
+    if policy_minimum or classes:
+        warnings.append(
+            f"{target} chooses victims by start time, not by the work they would lose since their last "
+            "checkpoint; jobs' checkpoint_interval_s is not exported (docs/preemption.md sections 2 and 3)."
+        )
+    return warnings
+
+
 # --- An imported policy --------------------------------------------------------------------------
 @dataclass(slots=True)
 class QuotaSettings:

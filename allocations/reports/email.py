@@ -221,10 +221,10 @@ def cluster_content(report: ClusterReport) -> ReportContent:
     """What the cluster report says: the teams' figures plus capacity and recommendations."""
     teams = Table(
         "Teams",
-        ("team", *USAGE_HEADERS, "jobs run", "p95 wait", "preempted", "cost"),
+        ("team", *USAGE_HEADERS, "jobs run", "p95 wait", "preempted", "GPU-h lost", "cost"),
         tuple(
             (t.team, *_usage_cells(t.usage), str(t.jobs.started), hours(t.jobs.p95_wait), str(t.jobs.preempted),
-             _money(t.usage.cost))
+             _h(t.jobs.gpu_hours_lost), _money(t.usage.cost))
             for t in report.teams
         ),
     )  # fmt: skip

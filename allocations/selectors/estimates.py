@@ -232,11 +232,13 @@ def job_estimates(snapshot: engine.Snapshot, now: datetime) -> Estimates:
     from allocations.engine import allocate
     from allocations.selectors.snapshot import job_id, job_pk
 
+    # A job resumed from a checkpoint runs only the rest of its duration (docs/preemption.md
+    # section 2), as the simulated cluster runs it.
     durations: dict[str, float | None] = {
-        job_id(pk): (float(seconds) if seconds else None)
-        for pk, seconds in Job.objects.filter(state__in=(JobState.RUNNING, JobState.PENDING))
+        job_id(pk): (max(0.0, float(seconds) - kept) if seconds else None)
+        for pk, seconds, kept in Job.objects.filter(state__in=(JobState.RUNNING, JobState.PENDING))
         .order_by()
-        .values_list("pk", "requested_duration")
+        .values_list("pk", "requested_duration", "progress_kept_s")
     }
     key = _fingerprint(snapshot, durations)
     # The cache only saves work: while it is unreachable (Redis restarting) the page computes

@@ -10,6 +10,9 @@ Each figure has one source, whichever page shows it (the dashboards, the weekly 
 ``reports/figures.py``): GPU-hours, job-minutes and preemption counts come from the history
 tables (the sampler counts preemptions off the JobEvent rows); jobs started, finished and
 failed, waits and the GPU-hours lost to preemption from the JobEvent rows (``job_activity``).
+The dashboards' lost GPU-hours over time come from the history, which the sampler adds up from
+the same events by the same rule (``services.history.victim_cost``): over a span both sampled
+and recorded, the two agree.
 """
 
 from __future__ import annotations
@@ -48,7 +51,17 @@ from allocations.models import (
     TeamUsageMinute,
     TeamUsageRollup,
 )
-from allocations.services.history import DAY, HOUR, PREEMPTION_FIELDS, floor_day, floor_hour, floor_minute
+from allocations.services.history import (
+    COST_FIELDS,
+    DAY,
+    HOUR,
+    PREEMPTION_FIELDS,
+    RAN_FIELDS,
+    floor_day,
+    floor_hour,
+    floor_minute,
+    victim_cost,
+)
 
 # Points per series at most (the data endpoints promise no more than 2,000): 500 keeps the
 # 1-day cluster chart (16 series) light to send and draw, and no screen shows more.
@@ -361,15 +374,39 @@ def stacked_usage(
     return usage
 
 
+# A victim whose run time the history does not know (a preempted event with neither its run
+# time nor a start recorded): the preemptions of a point less those of its bands.
+UNKNOWN_RUN = "unknown"
+
+
+def _cost_points(at: str, row: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The lost work and the preemptions by victim run time of one point's sums (the
+    ``PREEMPTION_FIELDS`` and ``COST_FIELDS`` columns), as ``preemption_cost_points`` rows."""
+    bands = {band: int(row[column] or 0) for band, (_, column) in RAN_FIELDS.items()}
+    total = sum(int(row[column] or 0) for column in PREEMPTION_FIELDS.values())
+    bands[UNKNOWN_RUN] = max(0, total - sum(bands.values()))
+    return [
+        {
+            "at": at,
+            "lost_gpu_hours": float(row["lost_gpu_seconds"] or 0) / 3600,
+            "ran": band,
+            "preemptions": n,
+        }
+        for band, n in bands.items()
+    ]
+
+
 def preemption_points(
     window: Window,
     points: Sequence[Mapping[str, Any]],
     instance_type_ids: Sequence[int] | None = None,
     team_ids: Sequence[int] | None = None,
-) -> list[dict[str, Any]]:
-    """Preemptions per point by reason, of all teams (or the chosen ones). One query, over
-    the rows that counted any (most rows count none)."""
-    columns = list(PREEMPTION_FIELDS.values())
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Preemptions per point by reason, of all teams (or the chosen ones); and what they cost
+    (``_cost_points``: GPU-hours lost, preemptions by the victim's run time, one row per band
+    and point, with the point's lost GPU-hours on each). One query, over the rows that counted
+    any (most rows count none)."""
+    columns = [*PREEMPTION_FIELDS.values(), *COST_FIELDS]
     inner = (
         # The same condition as the partial indexes, so that PostgreSQL uses them.
         _filtered(_team_rows(window).filter(ANY_PREEMPTION), instance_type_ids, team_ids)
@@ -378,12 +415,18 @@ def preemption_points(
         .order_by()
     )
     axis = {p["t"]: p["at"] for p in points}
-    return [
-        {"at": axis.get(t) or iso(datetime.fromtimestamp(t, tz=UTC)), "reason": reason, "preemptions": count}
-        for t, *counts in _per_point(window, inner, [], columns)
-        for reason, count in zip(PREEMPTION_FIELDS, counts, strict=True)
-        if count
-    ]
+    by_reason: list[dict[str, Any]] = []
+    costs: list[dict[str, Any]] = []
+    for t, *sums in _per_point(window, inner, [], columns):
+        at = axis.get(t) or iso(datetime.fromtimestamp(t, tz=UTC))
+        row = dict(zip(columns, sums, strict=True))
+        by_reason += [
+            {"at": at, "reason": reason, "preemptions": row[column]}
+            for reason, column in PREEMPTION_FIELDS.items()
+            if row[column]
+        ]
+        costs += _cost_points(at, row)
+    return by_reason, costs
 
 
 # --- One team ------------------------------------------------------------------------------
@@ -416,10 +459,10 @@ def team_points(
     team_id: int,
     samples: Sequence[Mapping[str, Any]],
     instance_type_ids: Sequence[int] | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
     """One team per point: average quota, used, borrowed, lent, pending GPUs and job counts;
-    and its preemptions by reason. One query."""
-    preempted_columns = list(PREEMPTION_FIELDS.values())
+    its preemptions by reason; and what they cost (as ``preemption_points``). One query."""
+    preempted_columns = [*PREEMPTION_FIELDS.values(), *COST_FIELDS]
     inner = (
         _filtered(_team_rows(window), instance_type_ids, [team_id])
         .values(_time_column(window))
@@ -436,13 +479,16 @@ def team_points(
     zero = dict.fromkeys(columns, 0)
     points = []
     preemptions = []
+    costs = []
     for p in samples:
         row = sums.get(p["t"], zero)
         points.append({"at": p["at"], **{key: (row[key] or 0) / p["samples"] for key in TEAM_COLUMNS}})
         for reason, column in PREEMPTION_FIELDS.items():
             if row[column]:
                 preemptions.append({"at": p["at"], "reason": reason, "preemptions": row[column]})
-    return points, preemptions
+        if any(row[column] for column in PREEMPTION_FIELDS.values()):
+            costs += _cost_points(p["at"], row)
+    return points, preemptions, costs
 
 
 def wait_time_bins(
@@ -616,6 +662,8 @@ def _job_events(
             "kind",
             "at",
             "preemptor__team_id",
+            "ran_s",
+            "lost_gpu_seconds",
         )
         .order_by("job_id", "at", "id")
     )
@@ -627,8 +675,10 @@ def activity_by_team(
     """Walk each job's events in order (``_job_events``' rows; no database).
 
     * waits are left out (``job_waits`` reads them, one number per start);
-    * GPU-hours lost = for each preemption in the span, the GPUs times the run it cut short
-      (the whole run, even the part before the span: that work is lost);
+    * GPU-hours lost = for each preemption in the span, what the event records it lost (the
+      work since the last checkpoint); for an event recorded without it, the GPUs times the run
+      it cut short (the whole run, even the part before the span: that work is lost), as the
+      history sampler counts it (``services.history.victim_cost``);
     * a preemption is caused by the preemptor's team (in-team preemptions count on both sides).
     """
     started: dict[int, set[int]] = defaultdict(set)
@@ -639,7 +689,7 @@ def activity_by_team(
     lost: dict[int, float] = defaultdict(float)
     job = None
     run_start: datetime | None = None
-    for job_id, team_id, gpus, kind, at, preemptor_team in rows:
+    for job_id, team_id, gpus, kind, at, preemptor_team, ran_s, lost_gpu_seconds in rows:
         if job_id != job:
             job, run_start = job_id, None
         inside = start <= at < end
@@ -652,8 +702,10 @@ def activity_by_team(
                 preempted[team_id] += 1
                 if preemptor_team is not None:
                     caused[preemptor_team] += 1
-                if run_start is not None:
-                    lost[team_id] += gpus * max(0.0, (at - run_start).total_seconds()) / 3600
+                _, lost_s = victim_cost(
+                    at=at, gpus=gpus, ran_s=ran_s, lost_gpu_seconds=lost_gpu_seconds, run_start=run_start
+                )
+                lost[team_id] += lost_s / 3600
             run_start = None
         elif kind in (JobEventKind.FINISHED, JobEventKind.FAILED):
             if inside:

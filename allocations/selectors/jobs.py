@@ -14,7 +14,7 @@ from django.db.models import Count, F, IntegerField, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 
 from allocations import access, engine
-from allocations.choices import JobState
+from allocations.choices import PENDING_CODE_WORDS, JobState
 from allocations.engine import TaskRanking
 from allocations.engine.accounting import TeamUsage, account_snapshot
 from allocations.models import ClusterPolicy, Job, JobEvent, Team, TeamQuota
@@ -52,6 +52,11 @@ class QueueRow:
     estimated_start: datetime | None
     estimate_known: bool
     estimate_note: str = ""  # why unknown, or why it starts before a job ahead of it
+
+    @property
+    def reason_words(self) -> str:
+        """Its pending code in plain words (empty for none), shown with the code."""
+        return PENDING_CODE_WORDS.get(self.job.pending_reason_code, "")
 
 
 @dataclass(frozen=True)

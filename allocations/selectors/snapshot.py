@@ -48,6 +48,7 @@ def _policy(priority_classes: tuple[engine.PriorityClass, ...]) -> engine.Cluste
         priority_classes=priority_classes,
         fair_share_half_life_s=float(row.fair_share_half_life_s),
         fair_share_history_percent=row.fair_share_history_percent,
+        min_runtime_s=float(row.min_runtime_s),
     )
 
 
@@ -77,8 +78,12 @@ def policy_snapshot() -> engine.Snapshot:
         for row in Team.objects.order_by("name").values("pk", "name", *TEAM_SETTINGS)
     )
     priority_classes = tuple(
-        engine.PriorityClass(name=name, weight=weight)
-        for name, weight in PriorityClass.objects.order_by("-weight", "name").values_list("name", "weight")
+        engine.PriorityClass(
+            name=name, weight=weight, min_runtime_s=None if min_runtime is None else float(min_runtime)
+        )
+        for name, weight, min_runtime in PriorityClass.objects.order_by("-weight", "name").values_list(
+            "name", "weight", "min_runtime_s"
+        )
     )
     return engine.Snapshot(
         instance_types=instance_types,
@@ -112,6 +117,10 @@ def build_snapshot(now: datetime) -> engine.Snapshot:
             start_seq=row["start_seq"],
             preemptions=row["preemption_count"],
             last_preempted_at=_seconds(row["last_preempted_at"]),
+            checkpoint_interval_s=(
+                None if row["checkpoint_interval_s"] is None else float(row["checkpoint_interval_s"])
+            ),
+            progress_kept_s=row["progress_kept_s"],
         )
         # The live states as the job_live partial index names them, so that SQLite uses it too.
         for row in Job.objects.filter(state__in=ACTIVE_JOB_STATES)
@@ -129,6 +138,8 @@ def build_snapshot(now: datetime) -> engine.Snapshot:
             "start_seq",
             "preemption_count",
             "last_preempted_at",
+            "checkpoint_interval_s",
+            "progress_kept_s",
         )
     )
     snapshot = policy_snapshot()

@@ -12,11 +12,15 @@
    (``HISTORY_MINUTE_DAYS``, ``HISTORY_HOUR_DAYS``, ``HISTORY_DAY_DAYS``).
 
 Days are UTC days. Preemptions come from JobEvent: the sample of minute m counts the team's
-jobs preempted in [m - 1 min, m), by reason.
+jobs preempted in [m - 1 min, m), by reason and by how long the victim had run (``RAN_FIELDS``),
+and adds up the GPU-seconds of work they lost (``victim_cost``: the event's own ``ran_s`` and
+``lost_gpu_seconds``, or for an event recorded without them, the run since the job's last start,
+all of it lost).
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
@@ -25,7 +29,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Aggregate, Count, Func, Max, Min, QuerySet, Sum
+from django.db.models import Aggregate, Count, F, Func, Max, Min, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import TruncDay, TruncHour
 
 from allocations import engine
@@ -53,6 +57,46 @@ PREEMPTION_FIELDS: dict[str, str] = {
     engine.PreemptionReason.RECLAIM_WHILE_BORROWING.value: "preempted_reclaim_while_borrowing",
     engine.PreemptionReason.FAIR_SHARE.value: "preempted_fair_share",
 }
+
+# How long a victim had run since its last start, in bands (upper bound in seconds), and the
+# sample columns that count them: under 10 minutes is the churn a minimum runtime prevents.
+RAN_FIELDS: dict[str, tuple[float, str]] = {
+    "under 10 min": (600.0, "preempted_ran_under_10m"),
+    "10-60 min": (3600.0, "preempted_ran_10_to_60m"),
+    "over 1 h": (math.inf, "preempted_ran_over_1h"),
+}
+# The events that begin or end a run: a preempted event's run began at the last of them
+# before it if that is a start (otherwise its start is not known).
+RUN_BOUNDARIES = (JobEventKind.STARTED, JobEventKind.PREEMPTED, JobEventKind.FINISHED, JobEventKind.FAILED)
+# The columns of what preemptions cost, summed as they are by the rollups.
+COST_FIELDS: tuple[str, ...] = ("lost_gpu_seconds", *(column for _, column in RAN_FIELDS.values()))
+
+
+def ran_band(ran_s: float) -> str:
+    """The ``RAN_FIELDS`` band of a run of ``ran_s`` seconds."""
+    return next(band for band, (upper, _) in RAN_FIELDS.items() if ran_s < upper)
+
+
+def victim_cost(
+    *,
+    at: datetime,
+    gpus: int,
+    ran_s: float | None,
+    lost_gpu_seconds: float | None,
+    run_start: datetime | None,
+) -> tuple[float | None, float]:
+    """(seconds the victim had run, GPU-seconds lost) of one preempted event: the event's own
+    figures when it has them (the loop records them, checkpoints included); for an event
+    recorded without them (before they were recorded), the run since the job's last start, all
+    of it lost (jobs had no checkpoints then). Unknown run time (no start recorded): None, 0.
+    The one rule of the history sampler and of ``selectors.history.job_activity``."""
+    ran = ran_s
+    if ran is None and run_start is not None:
+        ran = max(0.0, (at - run_start).total_seconds())
+    if lost_gpu_seconds is not None:
+        return ran, lost_gpu_seconds
+    return ran, gpus * ran if ran is not None else 0.0
+
 
 # Minute column -> rollup column (a sum of GPU-minutes, or of job-minutes).
 TEAM_SUMS: dict[str, str] = {
@@ -106,12 +150,18 @@ class TeamSample:
     running_jobs: int
     pending_jobs: int
     preemptions: Mapping[str, int] = field(default_factory=dict)  # by reason
+    costs: Mapping[str, float] = field(default_factory=dict)  # ``COST_FIELDS`` column -> value
 
     @property
     def is_empty(self) -> bool:
         """Nothing to record: no quota, no use, no demand, nothing lent, no preemption."""
         return not (
-            self.quota or self.used or self.pending_gpus or self.lent or any(self.preemptions.values())
+            self.quota
+            or self.used
+            or self.pending_gpus
+            or self.lent
+            or any(self.preemptions.values())
+            or any(self.costs.values())
         )
 
 
@@ -130,14 +180,18 @@ class CapacitySample:
 
 
 def measure(
-    snapshot: engine.Snapshot, preemptions: Mapping[tuple[str, str], Mapping[str, int]] | None = None
+    snapshot: engine.Snapshot,
+    preemptions: Mapping[tuple[str, str], Mapping[str, int]] | None = None,
+    costs: Mapping[tuple[str, str], Mapping[str, float]] | None = None,
 ) -> tuple[list[TeamSample], list[CapacitySample]]:
     """The samples of one snapshot: the engine's accounting plus job counts and preemptions.
 
-    ``preemptions``: counts by reason per (team, instance type) for the minute. Pure: no
-    database, so the arithmetic is tested on hand-worked snapshots.
+    ``preemptions``: counts by reason per (team, instance type) for the minute; ``costs``: their
+    ``COST_FIELDS`` (``preemption_costs_between``). Pure: no database, so the arithmetic is
+    tested on hand-worked snapshots.
     """
     preemptions = preemptions or {}
+    costs = costs or {}
     accounting = account_snapshot(snapshot)
     running: dict[tuple[str, str], int] = defaultdict(int)
     for job in snapshot.jobs:
@@ -148,6 +202,7 @@ def measure(
             **_accounted(row, TeamSample),
             running_jobs=running[(row.team, row.instance_type)],
             preemptions=dict(preemptions.get((row.team, row.instance_type), {})),
+            costs=dict(costs.get((row.team, row.instance_type), {})),
         )
         for row in accounting.teams
     ]
@@ -181,13 +236,60 @@ def preemptions_between(start: datetime, end: datetime) -> dict[tuple[str, str],
     return counts
 
 
+def preemption_costs_between(start: datetime, end: datetime) -> dict[tuple[str, str], dict[str, float]]:
+    """What the jobs preempted in [start, end) lost, by (team, instance type): the GPU-seconds of
+    work and the preemptions by ``RAN_FIELDS`` band (``victim_cost``; a victim whose run time is
+    not known is in no band). One query: each event with the job's run boundary before it (its
+    last start, preemption or end); the run began there if that boundary is a start, as the walk
+    of ``selectors.history.activity_by_team`` reads it."""
+    boundary = (
+        JobEvent.objects.filter(job_id=OuterRef("job_id"), kind__in=RUN_BOUNDARIES)
+        .filter(Q(at__lt=OuterRef("at")) | Q(at=OuterRef("at"), id__lt=OuterRef("id")))
+        .order_by("-at", "-id")
+    )
+    rows = (
+        JobEvent.objects.filter(kind=JobEventKind.PREEMPTED, at__gte=start, at__lt=end)
+        .annotate(
+            boundary_at=Subquery(boundary.values("at")[:1]),
+            boundary_kind=Subquery(boundary.values("kind")[:1]),
+            gpus=F("job__gpus"),
+        )
+        .values_list(
+            "job__team__name",
+            "job__instance_type__name",
+            "at",
+            "gpus",
+            "ran_s",
+            "lost_gpu_seconds",
+            "boundary_at",
+            "boundary_kind",
+        )
+        .order_by()
+    )
+    costs: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: dict.fromkeys(COST_FIELDS, 0.0))
+    for team, instance_type, at, gpus, ran_s, lost_gpu_seconds, boundary_at, boundary_kind in rows:
+        run_start = boundary_at if boundary_kind == JobEventKind.STARTED else None
+        ran, lost = victim_cost(
+            at=at, gpus=gpus, ran_s=ran_s, lost_gpu_seconds=lost_gpu_seconds, run_start=run_start
+        )
+        into = costs[(team, instance_type)]
+        into["lost_gpu_seconds"] += lost
+        if ran is not None:
+            into[RAN_FIELDS[ran_band(ran)][1]] += 1
+    return dict(costs)
+
+
 def history_sample(*, now: datetime) -> datetime:
     """Record the minute ``now`` falls in (idempotent); returns that minute."""
     from allocations.selectors.snapshot import build_snapshot
 
     minute = floor_minute(now)
     snapshot = build_snapshot(now)
-    teams, capacity = measure(snapshot, preemptions_between(minute - MINUTE, minute))
+    teams, capacity = measure(
+        snapshot,
+        preemptions_between(minute - MINUTE, minute),
+        preemption_costs_between(minute - MINUTE, minute),
+    )
     write_samples(minute, teams, capacity)
     return minute
 
@@ -203,6 +305,7 @@ def write_samples(minute: datetime, teams: Iterable[TeamSample], capacity: Itera
             instance_type_id=type_ids[s.instance_type],
             **{column: getattr(s, column) for column in TEAM_SUMS},
             **{column: s.preemptions.get(reason, 0) for reason, column in PREEMPTION_FIELDS.items()},
+            **{column: s.costs.get(column, 0) for column in COST_FIELDS},
         )
         for s in teams
         if not s.is_empty and s.team in team_ids and s.instance_type in type_ids
@@ -255,7 +358,7 @@ def rollup_hours(start: datetime, end: datetime) -> int:
             **{rollup: Sum(column) for column, rollup in TEAM_SUMS.items()},
             "peak_used": Max("used"),
             "peak_pending_gpus": Max("pending_gpus"),
-            **{column: Sum(column) for column in PREEMPTION_FIELDS.values()},
+            **{column: Sum(column) for column in [*PREEMPTION_FIELDS.values(), *COST_FIELDS]},
         },
     )
     capacity_rows = _period_sums(
@@ -280,7 +383,7 @@ def rollup_days(start: datetime, end: datetime) -> int:
         TruncDay("start"),
         ("team_id", "instance_type_id"),
         {
-            **{c: Sum(c) for c in [*TEAM_SUMS.values(), *PREEMPTION_FIELDS.values()]},
+            **{c: Sum(c) for c in [*TEAM_SUMS.values(), *PREEMPTION_FIELDS.values(), *COST_FIELDS]},
             "peak_used": Max("peak_used"),
             "peak_pending_gpus": Max("peak_pending_gpus"),
         },

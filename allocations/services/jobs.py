@@ -139,7 +139,15 @@ def check_can_ever_fit(
         raise ValidationError({"gpus": f"Team {team.name} could never run this job: {reason.message}"})
 
 
-def _check_fields(*, name: str, gpus: int, command: str, image: str, requested_duration: int | None) -> None:
+def _check_fields(
+    *,
+    name: str,
+    gpus: int,
+    command: str,
+    image: str,
+    requested_duration: int | None,
+    checkpoint_interval_s: int | None = None,
+) -> None:
     """The field rules the service enforces whatever the caller (form, API, command) checked."""
     errors: dict[str, str] = {}
     if not name.strip():
@@ -153,6 +161,15 @@ def _check_fields(*, name: str, gpus: int, command: str, image: str, requested_d
     if requested_duration is not None and not 1 <= requested_duration <= MAX_REQUESTED_DURATION:
         errors["requested_duration"] = (
             f"Between 1 and {MAX_REQUESTED_DURATION} seconds (90 days) (got {requested_duration})."
+        )
+    if checkpoint_interval_s is not None and (
+        isinstance(checkpoint_interval_s, bool)
+        or not isinstance(checkpoint_interval_s, int)
+        or not 1 <= checkpoint_interval_s <= MAX_REQUESTED_DURATION
+    ):
+        errors["checkpoint_interval_s"] = (
+            f"Checkpoint interval must be between 1 and {MAX_REQUESTED_DURATION} seconds, or empty for "
+            f"a job that keeps no checkpoints (docs/preemption.md section 2) (got {checkpoint_interval_s!r})."
         )
     if errors:
         raise ValidationError(errors)
@@ -169,6 +186,7 @@ def job_submit(
     command: str = "",
     image: str = "",
     requested_duration: int | None = None,
+    checkpoint_interval_s: int | None = None,
     idempotency_key: str | None = None,
     message: str = "",
 ) -> Job:
@@ -180,8 +198,17 @@ def job_submit(
     nodes (with the GPUs per node), a job past what the team may ask for (``check_team_limits``;
     the pending-job limits under ``__all__``), or a job the team could never get (with the
     limit); and ``IntegrityError`` when ``user`` already made a job with ``idempotency_key``.
+    ``checkpoint_interval_s``: how often the job saves its progress (None: never); a preempted
+    job keeps its work up to its last checkpoint (docs/preemption.md section 2).
     """
-    _check_fields(name=name, gpus=gpus, command=command, image=image, requested_duration=requested_duration)
+    _check_fields(
+        name=name,
+        gpus=gpus,
+        command=command,
+        image=image,
+        requested_duration=requested_duration,
+        checkpoint_interval_s=checkpoint_interval_s,
+    )
     check_whole_nodes(instance_type, gpus)
     now = timezone.now()
     with transaction.atomic():
@@ -204,6 +231,7 @@ def job_submit(
             command=command,
             image=image,
             requested_duration=requested_duration,
+            checkpoint_interval_s=checkpoint_interval_s,
             state=JobState.PENDING,
             submitted_at=now,
             idempotency_key=idempotency_key or "",
@@ -248,7 +276,7 @@ IDEMPOTENCY_KEY_MAX_LENGTH = 255
 
 def job_resubmit(*, user: Any, job: Job, idempotency_key: str | None = None) -> tuple[Job, bool]:
     """A new pending job copying a finished, failed, cancelled or rejected one (same team,
-    instance type, GPUs, class, command, image and duration), checked like a new submission.
+    instance type, GPUs, class, command, image, duration and checkpoint interval), checked like a new submission.
     Returns ``(new job, True)``.
 
     With an ``idempotency_key`` (the API's ``Idempotency-Key`` header, the resubmit form's
@@ -280,6 +308,7 @@ def job_resubmit(*, user: Any, job: Job, idempotency_key: str | None = None) -> 
             command=job.command,
             image=job.image,
             requested_duration=job.requested_duration,
+            checkpoint_interval_s=job.checkpoint_interval_s,
             idempotency_key=idempotency_key,
             # The new job's history points at the one it copies (whose history is append-only).
             message=(
@@ -319,9 +348,9 @@ def _resubmitted_with(user: Any, key: str, job: Job) -> Job | None:
         default = team_default_class(Team.objects.get(pk=job.team_id))  # its limits as they are now
         priority_class_id = default.pk if default else None
     copy = (job.team_id, job.name.strip(), job.instance_type_id, job.gpus, priority_class_id)
-    copy += (job.command, job.image, job.requested_duration)
+    copy += (job.command, job.image, job.requested_duration, job.checkpoint_interval_s)
     made = (earlier.team_id, earlier.name, earlier.instance_type_id, earlier.gpus, earlier.priority_class_id)
-    made += (earlier.command, earlier.image, earlier.requested_duration)
+    made += (earlier.command, earlier.image, earlier.requested_duration, earlier.checkpoint_interval_s)
     if made != copy:
         raise ValidationError(
             {

@@ -384,7 +384,31 @@ def _spec(job: Job) -> JobSpec:
         command=job.command,
         image=job.image,
         duration_s=job.requested_duration,
+        progress_kept_s=job.progress_kept_s,
     )
+
+
+def _preemption_cost(job: Job, now: datetime) -> tuple[float, float, float]:
+    """What preempting the running ``job`` at ``now`` costs (docs/preemption.md section 2):
+    (seconds its run lasted, GPU-seconds of work lost, seconds of this run its last checkpoint
+    keeps). The engine's own functions judge it, so that what the loop records is what the
+    engine weighed when it chose the victim."""
+    started = (job.started_at or now).timestamp()
+    run = engine.Job(
+        id=job_id(job.pk),
+        team=job.team.name,
+        instance_type=job.instance_type.name,
+        gpus=job.gpus,
+        submit_time=job.submitted_at.timestamp(),
+        seq=job.pk,
+        nodes=tuple((str(node), int(gpus)) for node, gpus in job.nodes or ()),
+        started_at=started,
+        checkpoint_interval_s=None if job.checkpoint_interval_s is None else float(job.checkpoint_interval_s),
+        progress_kept_s=job.progress_kept_s,
+    )
+    at = now.timestamp()
+    ran = max(0.0, at - started)
+    return ran, engine.lost_work_s(run, at) * job.gpus, engine.last_checkpoint_s(run, at)
 
 
 # Long: preemptions and starts share the error handling that keeps what the backend already
@@ -430,9 +454,12 @@ def _apply(
             kept_running.update((str(node), preemption.job_id) for node, _ in job.nodes)
             continue
         preemptor = jobs.get(job_pk(preemption.preemptor))
+        ran, lost_gpu_seconds, kept = _preemption_cost(job, now)
         job.preemption_count += 1
         job.last_preempted_at = now
-        changes.touch(job, "preemption_count", "last_preempted_at")
+        job.progress_kept_s += kept
+        job.lost_gpu_seconds += lost_gpu_seconds
+        changes.touch(job, "preemption_count", "last_preempted_at", "progress_kept_s", "lost_gpu_seconds")
         message = f"preempted by job {preemption.preemptor} ({preemption.reason})"
         changes.event(
             job,
@@ -442,6 +469,8 @@ def _apply(
             reason=preemption.reason,
             preemptor=preemptor,
             message=message,
+            ran_s=ran,
+            lost_gpu_seconds=lost_gpu_seconds,
         )
         _requeue(changes, job, now, preemption.reason, message)
         preempted += 1

@@ -63,6 +63,9 @@ INSTANCE_TYPE_NAME_WORDS = (
     "lowercase letters, digits, '.' and '-', starting and ending with a letter or digit"
 )
 DNS_LABEL_WORDS = "lowercase letters, digits and '-', starting and ending with a letter or digit"
+# Longest minimum runtime accepted (seconds): 30 days. Longer would make a running job
+# unpreemptable for good, which a priority class's weight already says more plainly.
+MAX_MIN_RUNTIME_S = 30 * 24 * 3600
 
 
 # --- Rules --------------------------------------------------------------------------------------
@@ -185,6 +188,9 @@ def validate_priority_class(values: Mapping[str, Any], current: PriorityClass | 
     _check_name(errors, values, current, PriorityClass, choices.DNS_LABEL_REGEX, 63, DNS_LABEL_WORDS)
     errors.whole_number("weight", values.get("weight"), 0, 100, "Weight")
     _check_text(errors, "description", values.get("description", ""), 200)
+    min_runtime = values.get("min_runtime_s")
+    if min_runtime is not None:
+        errors.whole_number("min_runtime_s", min_runtime, 0, MAX_MIN_RUNTIME_S, "Minimum runtime", "seconds")
     if current is None and PriorityClass.objects.count() >= choices.MAX_PRIORITY_CLASSES:
         errors.add(
             "__all__",
@@ -384,10 +390,32 @@ def validate_cluster_policy(values: Mapping[str, Any]) -> None:
         100,
         "Fair-share history percent",
     )
+    errors.whole_number(
+        "min_runtime_s", values.get("min_runtime_s", 0), 0, MAX_MIN_RUNTIME_S, "Minimum runtime", "seconds"
+    )
+    check_preemption_grace(errors.add, values.get("preemption_grace_s", 0))
     errors.raise_if_any()
 
 
 MAX_FAIR_SHARE_HALF_LIFE_S = 365 * 24 * 3600
+
+
+def check_preemption_grace(add: Callable[[str, str], None], value: Any) -> None:
+    """Grace is not carried out yet (docs/preemption.md section 5): only 0 is accepted, and
+    any other value is refused with that reason rather than stored and silently ignored."""
+    if value == 0 and not isinstance(value, bool):
+        return
+    add(
+        "preemption_grace_s",
+        "Preemption grace is not carried out yet: a victim is stopped at once (docs/preemption.md "
+        f"section 5); only 0 is accepted; got {shown(value)}.",
+    )
+
+
+def shown(value: Any, limit: int = 40) -> str:
+    """``value`` for a message: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value))} characters)"
 
 
 def _check_text(errors: _Errors, field: str, value: Any, max_length: int) -> None:
@@ -599,10 +627,12 @@ def node_delete(*, actor: Any, node: Node) -> None:
 
 # --- Priority classes ---------------------------------------------------------------------------
 @_policy_write
-def priority_class_create(*, actor: Any, name: str, weight: int, description: str = "") -> PriorityClass:
+def priority_class_create(
+    *, actor: Any, name: str, weight: int, description: str = "", min_runtime_s: int | None = None
+) -> PriorityClass:
     # Lock the existing classes so that two concurrent creations cannot both pass the 32 check.
     list(PriorityClass.objects.select_for_update().values_list("pk", flat=True))
-    values = {"name": name, "weight": weight, "description": description}
+    values = {"name": name, "weight": weight, "description": description, "min_runtime_s": min_runtime_s}
     return _create(actor=actor, kind=_PRIORITY_CLASS, values=values)
 
 
@@ -664,7 +694,8 @@ def cluster_update(*, actor: Any, **changes: Any) -> Cluster:
 
 @_policy_write
 def cluster_policy_update(*, actor: Any, **changes: Any) -> ClusterPolicy:
-    """Change the cluster policy (idle allocation, task ranking, unallocated sharing, queueing)."""
+    """Change the cluster policy (idle allocation, task ranking, unallocated sharing, queueing,
+    minimum runtime; preemption grace only 0)."""
     audit.refuse_unknown(changes, CLUSTER_POLICY_FIELDS)
     cluster = Cluster.objects.filter(pk=1).first() or cluster_update(actor=actor)
     policy = ClusterPolicy.objects.select_for_update().filter(cluster=cluster).first()

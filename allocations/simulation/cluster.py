@@ -121,7 +121,29 @@ POLICY_KEYS = (
     "priority_classes",
     "fair_share_half_life_s",
     "fair_share_history_percent",
+    "min_runtime_s",
+    "preemption_grace_s",
 )
+CLASS_KEYS = ("name", "weight", "min_runtime_s", "preemption_grace_s")
+# docs/preemption.md 7: a day at most, a typo above that.
+MAX_MIN_RUNTIME_S = 86_400
+
+
+def _min_runtime(r: Reader, value: object, path: str) -> float | None:
+    number = r.number(value, path, minimum=0, what="a number of seconds")
+    if number is not None and number > MAX_MIN_RUNTIME_S:
+        r.bad(path, f"must be at most {MAX_MIN_RUNTIME_S:,} seconds (a day)", value)
+        return None
+    return None if number is None else float(number)
+
+
+def _no_grace(r: Reader, value: object, path: str) -> None:
+    """docs/preemption.md 5: grace is written down but not carried out: only 0 is accepted."""
+    number = r.number(value, path, minimum=0, what="a number of seconds")
+    if number is not None and number != 0:
+        r.bad(path, "must be 0: grace is not carried out yet, docs/preemption.md section 5", value)
+
+
 _POLICY_READERS: dict[str, SettingReader] = {
     "idle_allocation": _choice(IdleAllocation),
     "task_ranking": _choice(TaskRanking),
@@ -130,6 +152,7 @@ _POLICY_READERS: dict[str, SettingReader] = {
     # Fairness over time (docs/fairness.md); the engine takes seconds as a float.
     "fair_share_half_life_s": lambda r, value, path: _float(r.number(value, path, minimum=0)),
     "fair_share_history_percent": lambda r, value, path: r.whole(value, path, 0, 100),
+    "min_runtime_s": _min_runtime,
 }
 
 
@@ -143,6 +166,8 @@ def read_policy(r: Reader, raw: object, path: str, base: ClusterPolicy) -> Clust
     if policy is None:
         return base
     changes = _read_settings(r, policy, path, _POLICY_READERS)
+    if "preemption_grace_s" in policy:
+        _no_grace(r, policy["preemption_grace_s"], f"{path}.preemption_grace_s")
     if "priority_classes" in policy:
         classes: list[PriorityClass] = []
         items = r.sequence(policy["priority_classes"], f"{path}.priority_classes") or []
@@ -150,15 +175,23 @@ def read_policy(r: Reader, raw: object, path: str, base: ClusterPolicy) -> Clust
             r.error(f"{path}.priority_classes", f"at most 32 classes, got {len(items)}")
         for i, item_raw in enumerate(items):
             item_path = f"{path}.priority_classes[{i}]"
-            item = r.mapping(item_raw, item_path, ("name", "weight"), required=("name", "weight"))
-            if item is None or len(item) < 2:
+            item = r.mapping(item_raw, item_path, CLASS_KEYS, required=("name", "weight"))
+            if item is None or not {"name", "weight"} <= item.keys():
                 continue
             name = r.text(item["name"], f"{item_path}.name")
             weight = r.whole(item["weight"], f"{item_path}.weight", minimum=0, maximum=100)
+            # docs/preemption.md 1: the class's own minimum runtime; left out, the policy's.
+            min_runtime = None
+            if item.get("min_runtime_s") is not None:
+                min_runtime = _min_runtime(r, item["min_runtime_s"], f"{item_path}.min_runtime_s")
+                if min_runtime is None:
+                    continue
+            if "preemption_grace_s" in item:
+                _no_grace(r, item["preemption_grace_s"], f"{item_path}.preemption_grace_s")
             if name is not None and any(c.name == name for c in classes):
                 r.error(f"{item_path}.name", f"duplicate priority class {show(name)}")
             elif name is not None and weight is not None:
-                classes.append(PriorityClass(name, weight))
+                classes.append(PriorityClass(name, weight, min_runtime))
         changes["priority_classes"] = tuple(classes)
     return replace(base, **{k: v for k, v in changes.items() if v is not None})
 

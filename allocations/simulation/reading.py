@@ -45,7 +45,11 @@ class ScenarioJob:
     seq: int
     priority: str | None = None
     running_since: float | None = None
-    path: str = ""  # where it came from, for messages: "jobs[3]" or "jobs_csv line 17"
+    path: str = ""
+    # docs/preemption.md 2: a checkpoint every so many seconds of a run (None: none).
+    checkpoint_interval_s: float | None = (
+        None  # where it came from, for messages: "jobs[3]" or "jobs_csv line 17"
+    )
 
 
 def job_field(job: ScenarioJob, name: str) -> str:

@@ -30,6 +30,7 @@ from types import MemberDescriptorType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from allocations.engine.accounting import attribute, quota_terms
+from allocations.engine.cost import last_checkpoint_s, lost_work_s, min_runtime_of
 from allocations.engine.cycle import gc_paused
 from allocations.engine.snapshot import Job, JobChanges, Node, PendingReason, Plan, Snapshot, Team
 
@@ -60,6 +61,8 @@ BUILD_MANY_FROM = 16
 # Seconds between two refreshes of the borrowing lately that snapshots carry (docs/fairness.md):
 # the loop's history has one sample a minute.
 HISTORY_STEP = 60.0
+# docs/preemption.md 8: a victim that had run less than this is counted as a short run.
+SHORT_RUN_S = 600.0
 
 UNSUBMITTED, PENDING, RUNNING, FINISHED, CANCELLED, REJECTED = (
     "unsubmitted",
@@ -121,6 +124,7 @@ class _Run:
         "nodes",
         "preempted",
         "preemptions",
+        "progress_kept",
         "queued_at",
         "spec",
         "start_seq",
@@ -137,6 +141,8 @@ class _Run:
         self.start_seq = 0
         self.preemptions = 0
         self.last_preempted_at: float | None = None
+        # docs/preemption.md 2: work kept by checkpoints of earlier runs (seconds).
+        self.progress_kept = 0.0
         self.queued_at = spec.submit
         self.admitted_at: tuple[float, ...] = ()
         self.preempted: tuple[PreemptionRecord, ...] = ()
@@ -157,6 +163,8 @@ class _Run:
             priority_class=s.priority,
             preemptions=self.preemptions,
             last_preempted_at=self.last_preempted_at,
+            checkpoint_interval_s=s.checkpoint_interval_s,
+            progress_kept_s=self.progress_kept,
         )
 
 
@@ -320,6 +328,9 @@ class Replay:
         # Time 0 and the back-off retry cycles: (time, seq of the job whose back-off ends
         # then, its preemptions at that time); the entry of time 0 has seq -1.
         self.ticks: list[tuple[float, int, int]] = [(0.0, -1, 0)]
+        # docs/preemption.md 1: when a running job's minimum runtime ends, (time, seq, its
+        # generation): a job waiting for it may start then, so a cycle runs (while jobs wait).
+        self.protection_ends: list[tuple[float, int, int]] = []
         # With a cycle interval (``Scenario.cycle_interval``), cycles run only on its grid:
         # what happens between two of its times is applied then, and decided at the next
         # (``cycle_at``); a back-off retry waits for the first grid time at or after its end.
@@ -353,6 +364,8 @@ class Replay:
         self.lost: dict[str, float] = dict.fromkeys(self.teams, 0.0)
         self.team_preemptions: dict[str, int] = dict.fromkeys(self.teams, 0)
         self.node_down_lost = 0.0
+        # Victims that had run less than SHORT_RUN_S since their last start.
+        self.short_victims = 0
 
     # ------------------------------------------------------------------------------------
     # Starting and stopping jobs
@@ -391,6 +404,7 @@ class Replay:
                 submit_time=map(attrgetter("submit"), specs),
                 seq=seqs,
                 priority_class=map(attrgetter("priority"), specs),
+                checkpoint_interval_s=map(attrgetter("checkpoint_interval_s"), specs),
             )
         for run, job in zip(runs, jobs, strict=True):
             run.state = PENDING
@@ -434,7 +448,22 @@ class Replay:
         self._add(self.type_used, spec.instance_type, spec.gpus)
         self.used_version += 1
         if spec.duration is not None:
-            heapq.heappush(self.finishes, (started_at + spec.duration, spec.seq, run.generation))
+            # docs/preemption.md 2: a job resumed runs the rest of its work less what its
+            # checkpoints kept.
+            left = max(0.0, spec.duration - run.progress_kept)
+            heapq.heappush(self.finishes, (started_at + left, spec.seq, run.generation))
+        min_runtime = min_runtime_of(self.policy, run.job)
+        if min_runtime > 0:
+            end = self._grid(started_at + min_runtime)
+            heapq.heappush(self.protection_ends, (end, spec.seq, run.generation))
+
+    def _lost(self, run: _Run, now: float) -> float:
+        """A run stopped at ``now`` (docs/preemption.md 2): the GPU-seconds it throws away,
+        the time since its last checkpoint times its GPUs; its checkpoints' progress is kept
+        for the next run."""
+        assert run.job is not None
+        run.progress_kept += last_checkpoint_s(run.job, now)
+        return run.spec.gpus * lost_work_s(run.job, now)
 
     def _stop(self, run: _Run) -> None:
         spec = run.spec
@@ -529,7 +558,8 @@ class Replay:
 
     def _node_down(self, action: NodeDown, now: float) -> None:
         """The nodes with the fewest GPUs in use go first (then file order); their jobs go
-        back to pending with their original submit time and lose their progress."""
+        back to pending with their original submit time and lose the work since their last
+        checkpoint (all of it without checkpoints)."""
         up = [
             n for n in self.scenario.nodes if n.instance_type == action.instance_type and self.ready[n.name]
         ]
@@ -538,7 +568,7 @@ class Replay:
             for seq in sorted(self.node_jobs[node.name]):
                 run = self.runs[seq]
                 assert run.started_at is not None
-                self.node_down_lost += run.spec.gpus * (now - run.started_at)
+                self.node_down_lost += self._lost(run, now)
                 self._stop(run)
                 run.evicted_at += (now,)
                 self._enqueue(run, now)
@@ -655,7 +685,9 @@ class Replay:
                 )
             assert run.started_at is not None
             team = run.spec.team
-            self.lost[team] = self.lost.get(team, 0.0) + run.spec.gpus * (now - run.started_at)
+            if now - run.started_at < SHORT_RUN_S:
+                self.short_victims += 1
+            self.lost[team] = self.lost.get(team, 0.0) + self._lost(run, now)
             self.team_preemptions[team] = self.team_preemptions.get(team, 0) + 1
             self._stop(run)
             run.preemptions += 1
@@ -853,7 +885,17 @@ class Replay:
             heapq.heappop(self.ticks)
         if self.ticks:
             times.append(self.ticks[0][0])
+        # A minimum runtime ending matters only while jobs wait: one may start then.
+        ends = self.protection_ends
+        while ends and not self._still_protected(ends[0]):
+            heapq.heappop(ends)
+        if ends and self.pending:
+            times.append(ends[0][0])
         return min(times) if times else None
+
+    def _still_protected(self, end: tuple[float, int, int]) -> bool:
+        run = self.runs[end[1]]
+        return run.state == RUNNING and run.generation == end[2]
 
     def _grid(self, t: float) -> float:
         """The first cycle time at or after ``t``."""
@@ -891,6 +933,8 @@ class Replay:
             self._integrate(now)
             while self.ticks and self.ticks[0][0] <= now:
                 heapq.heappop(self.ticks)
+            while self.protection_ends and self.protection_ends[0][0] <= now:
+                heapq.heappop(self.protection_ends)
             self._finish_due(now)
             self._apply_events(now)
             self._submit_due(now)
@@ -969,6 +1013,7 @@ class Replay:
                 starts=len(waits),
                 borrowed_lately_gpu_hours=self.borrowed_lately.get(name, 0.0) / 3600,
             )
+        preemptions = sum(self.team_preemptions.values())
         cluster = ClusterResult(
             capacity_gpu_hours=self.capacity_seconds / 3600,
             allocated_gpu_hours=self.allocated_seconds / 3600,
@@ -977,10 +1022,12 @@ class Replay:
             wait_mean_s=sum(all_waits) / len(all_waits) if all_waits else 0,
             wait_p95_s=percentile(all_waits, 95),
             lost_gpu_hours=sum(self.lost.values()) / 3600,
-            preemptions=sum(self.team_preemptions.values()),
+            preemptions=preemptions,
             cycles=self.cycles,
             node_down_lost_gpu_hours=self.node_down_lost / 3600,
             starts=len(all_waits),
+            preemptions_per_job=preemptions / len(runs) if runs else 0.0,
+            short_victims_share=self.short_victims / preemptions if preemptions else 0.0,
         )
         return Result(
             name=self.scenario.name,

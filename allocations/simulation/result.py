@@ -68,6 +68,10 @@ class ClusterResult:
     # Work thrown away when nodes went down under running jobs (not in lost_gpu_hours).
     node_down_lost_gpu_hours: float = 0.0
     starts: int = 0
+    # docs/preemption.md 8: preemptions per submitted job, and the share of victims that had
+    # run less than 10 minutes since their last start.
+    preemptions_per_job: float = 0.0
+    short_victims_share: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +158,8 @@ def _document(result: Result) -> dict[str, Any]:
         "cycles": c.cycles,
         "node_down_lost_gpu_hours": _num(c.node_down_lost_gpu_hours),
         "starts": c.starts,
+        "preemptions_per_job": _num(c.preemptions_per_job),
+        "short_victims_share": _num(c.short_victims_share),
     }
     out: dict[str, Any] = {
         "name": result.name,
@@ -331,6 +337,8 @@ def summary(result: Result) -> str:
         f"(utilization {100 * c.utilization:.1f}%), {_hours(c.idle_while_waiting_gpu_hours)} GPU-hours idle while jobs waited",
         f"         wait mean {_duration(c.wait_mean_s)}, p95 {_duration(c.wait_p95_s)}; {c.preemptions} preemptions, "
         f"{_hours(c.lost_gpu_hours)} GPU-hours lost; {c.cycles} cycles",
+        f"         {c.preemptions_per_job:.2f} preemptions per job; "
+        f"{100 * c.short_victims_share:.0f}% of the victims had run less than 10 minutes",
         "jobs:    " + ", ".join(f"{n} {state}" for state, n in result.counts.items() if n),
     ]
     if c.node_down_lost_gpu_hours:

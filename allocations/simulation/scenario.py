@@ -105,7 +105,17 @@ class Scenario:
 # --------------------------------------------------------------------------------------------
 # Jobs
 
-JOB_KEYS = ("id", "team", "gpus", "instance_type", "priority", "submit", "duration", "running_since")
+JOB_KEYS = (
+    "id",
+    "team",
+    "gpus",
+    "instance_type",
+    "priority",
+    "submit",
+    "duration",
+    "running_since",
+    "checkpoint_interval_s",
+)
 
 
 def _read_job(
@@ -152,6 +162,11 @@ def _read_job(
     duration = job.get("duration")
     if duration is not None:
         duration = r.number(duration, f"{path}.duration", minimum=0, what="a number of seconds")
+    checkpoint = job.get("checkpoint_interval_s")
+    if checkpoint is not None:
+        checkpoint = r.number(
+            checkpoint, f"{path}.checkpoint_interval_s", minimum=0, what="a number of seconds"
+        )
     running_since = job.get("running_since")
     if running_since is not None:
         running_since = r.number(running_since, f"{path}.running_since", what="a number of seconds")
@@ -178,6 +193,7 @@ def _read_job(
         priority=priority,
         running_since=running_since,
         path=path,
+        checkpoint_interval_s=checkpoint or None,
     )
 
 

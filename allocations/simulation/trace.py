@@ -24,7 +24,16 @@ from .reading import Reader, ScenarioJob, default_type
 
 # Unusable trace rows quoted per kind in the skip report.
 SKIP_EXAMPLES = 3
-TRACE_COLUMNS = ("id", "team", "gpus", "submit", "duration", "priority", "instance_type")
+TRACE_COLUMNS = (
+    "id",
+    "team",
+    "gpus",
+    "submit",
+    "duration",
+    "priority",
+    "instance_type",
+    "checkpoint_interval_s",
+)
 _NOT_IN_TEAM_NAMES = re.compile(r"[^a-z0-9-]+")
 
 
@@ -56,6 +65,21 @@ def team_name_from_trace(value: str) -> str:
     """A trace's team value made a team name the way a person would expect (SCENARIO.md):
     lowercased, every run of characters other than a-z, 0-9 and '-' replaced by '-'."""
     return _NOT_IN_TEAM_NAMES.sub("-", value.strip().lower()).strip("-")
+
+
+def _checkpoint(text: str) -> float | bool | None:
+    """A checkpoint interval cell (docs/preemption.md 2): None when empty or 0, the seconds, or
+    False when it is not a number of seconds >= 0."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    if not math.isfinite(value) or value < 0:
+        return False
+    return value or None
 
 
 class _Rows:
@@ -106,6 +130,7 @@ class _Rows:
         index = self.index
         gpus_at, submit_at, duration_at, team_at = (index[k] for k in ("gpus", "submit", "duration", "team"))
         id_at, priority_at, type_at = index.get("id"), index.get("priority"), index.get("instance_type")
+        checkpoint_at = index.get("checkpoint_interval_s")
         width = max(index.values()) + 1
         # The distinct cell values judged so far: the GPUs (with the instance type) to the GPUs
         # of a usable row, else 0; the team values to a known team, else ""; the priority
@@ -152,11 +177,19 @@ class _Rows:
                         continue
                     priorities[raw_priority] = mapped if isinstance(mapped, str) else None
                 priority = priorities[raw_priority]
+            checkpoint = None
+            if checkpoint_at is not None:
+                checkpoint = _checkpoint(row[checkpoint_at])
+                if checkpoint is False:
+                    self.judge_row(line, row)
+                    continue
             if job_id in seen:
                 self.judge_row(line, row)
                 continue
             assert instance_type is not None  # a usable row's type is known (``_usable_gpus``)
-            self._take(line, job_id, team, instance_type, gpus, submit, duration, priority)
+            self._take(
+                line, job_id, team, instance_type, gpus, submit, duration, priority, checkpoint or None
+            )
 
     def _usable_gpus(self, text: str, instance_type: str | None) -> int:
         """The GPUs of a row whose GPUs cell is ``text``, or 0 when that cell (or the instance
@@ -234,7 +267,18 @@ class _Rows:
                 if priority is not None and not self._known_class(priority):
                     self.skip("of an unknown priority class", line, columns["priority"], values["priority"])
                     return
-            self._take(line, job_id, team, instance_type, gpus, submit, duration, priority)  # type: ignore[arg-type]
+            checkpoint = _checkpoint(values.get("checkpoint_interval_s", ""))
+            if checkpoint is False:
+                self.skip(
+                    "with a bad checkpoint interval",
+                    line,
+                    columns["checkpoint_interval_s"],
+                    values["checkpoint_interval_s"],
+                )
+                return
+            self._take(
+                line, job_id, team, instance_type, gpus, submit, duration, priority, checkpoint or None
+            )  # type: ignore[arg-type]
 
     def _take(
         self,
@@ -246,6 +290,7 @@ class _Rows:
         submit: float,
         duration: float | None,
         priority: str | None,
+        checkpoint: float | None = None,
     ) -> None:
         """The job of a usable row: both ways end here, so they give the same jobs."""
         self.seen.add(job_id)
@@ -259,6 +304,7 @@ class _Rows:
                 duration=duration,
                 seq=self.first_seq + len(self.jobs),
                 priority=priority,
+                checkpoint_interval_s=checkpoint,
                 path=f"jobs_csv line {line}",
             )
         )

@@ -105,7 +105,7 @@ def cluster_charts(filters: Filters) -> list[Chart]:
     capacity = history.capacity_points(window, type_ids)
     totals = history.team_totals(window, type_ids, team_ids)
     usage = history.stacked_usage(window, totals, capacity, type_ids, team_ids)
-    preemptions = history.preemption_points(window, capacity, type_ids, team_ids)
+    preemptions, costs = history.preemption_points(window, capacity, type_ids, team_ids)
     return [
         charts.capacity_chart(capacity, usage),
         charts.idle_while_waiting_chart(capacity),
@@ -113,6 +113,8 @@ def cluster_charts(filters: Filters) -> list[Chart]:
         charts.lending_chart(totals, None if team_ids else charts.unallocated_borrowed(totals)),
         charts.fair_share_chart(totals),
         charts.preemptions_chart(preemptions),
+        charts.lost_work_chart(costs),
+        charts.victim_runtime_chart(costs),
     ]
 
 
@@ -120,12 +122,14 @@ def team_charts(team: Team, filters: Filters) -> list[Chart]:
     """One team's charts (three queries, whatever the range)."""
     window, type_ids = filters.window, filters.instance_type_ids
     samples = history.sample_counts(window)
-    points, preemptions = history.team_points(window, team.pk, samples, type_ids)
+    points, preemptions, costs = history.team_points(window, team.pk, samples, type_ids)
     return [
         charts.team_usage_chart(points),
         charts.pending_chart(points),
         charts.wait_time_chart(history.wait_time_bins(window, team.pk, type_ids)),
         charts.preemptions_chart(preemptions),
+        charts.lost_work_chart(costs),
+        charts.victim_runtime_chart(costs),
     ]
 
 
@@ -201,7 +205,8 @@ def plotly_url() -> str:
 @cluster_admin_required
 @require_GET
 def cluster_dashboard(request: HttpRequest, fmt: str = "html", chart: str = "") -> HttpResponse:
-    """The cluster's capacity, usage by team, lending, fair share and preemptions."""
+    """The cluster's capacity, usage by team, lending, fair share, preemptions and what they
+    cost (GPU-hours lost, victims by how long they had run)."""
     return _dashboard(
         request,
         fmt,
@@ -218,8 +223,8 @@ def cluster_dashboard(request: HttpRequest, fmt: str = "html", chart: str = "") 
 @login_required
 @require_GET
 def team_dashboard(request: HttpRequest, team: str, fmt: str = "html", chart: str = "") -> HttpResponse:
-    """One team's quota and usage, pending demand, wait times and preemptions: its members
-    (any role) and cluster admins; anyone else gets 404."""
+    """One team's quota and usage, pending demand, wait times, preemptions and what they cost:
+    its members (any role) and cluster admins; anyone else gets 404."""
     team_obj = get_visible_or_404(request.user, Team.objects.all(), name=team)
     return _dashboard(
         request,

@@ -113,6 +113,7 @@ def job_submit(request: HttpRequest, team: str) -> HttpResponse:
                 command=data["command"],
                 image=data["image"],
                 requested_duration=data["requested_duration"],
+                checkpoint_interval_s=data["checkpoint_interval_s"],
             )
         except ValidationError as exc:
             apply_errors(form, exc)
@@ -140,6 +141,7 @@ def _job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "now": timezone.now(),
         "place": place,
         "reason_words": PENDING_CODE_WORDS.get(job.pending_reason_code, ""),
+        "lost_gpu_hours": job.lost_gpu_seconds / 3600,
         "events": job_selectors.job_history(job),
         "can_manage": access.can_manage_job(request.user, job),
         "live_interval": LIVE_INTERVAL_MS,

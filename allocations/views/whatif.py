@@ -116,7 +116,9 @@ def draft_detail(request: HttpRequest, pk: int) -> HttpResponse:
         if any(pc["name"] == name for pc in body["priority_classes"]):
             new_class.add_error("name", f"The draft already has a priority class named {name!r}.")
         else:
-            new_body = bodies.with_priority_class(body, name, new_class.cleaned_data["weight"])
+            new_body = bodies.with_priority_class(
+                body, name, new_class.cleaned_data["weight"], new_class.cleaned_data.get("min_runtime_s")
+            )
     elif which and which.startswith("class:"):
         name = which.split(":", 1)[1]
         form = next((f for f in class_forms if f.instance.name == name), None)
@@ -125,7 +127,9 @@ def draft_detail(request: HttpRequest, pk: int) -> HttpResponse:
         if request.POST.get("action") == "delete":
             new_body = bodies.with_priority_class(body, name, None)
         elif form.is_valid():
-            new_body = bodies.with_priority_class(body, name, form.cleaned_data["weight"])
+            new_body = bodies.with_priority_class(
+                body, name, form.cleaned_data["weight"], form.cleaned_data.get("min_runtime_s")
+            )
     elif which == "name" and name_form.is_valid():
         try:
             services.draft_rename(draft=draft, name=name_form.cleaned_data["name"])
@@ -321,6 +325,12 @@ def _gpu_hours(value: Any) -> str:
     return f"{float(value or 0):,.1f}"
 
 
+def _or_dash(show: Any) -> Any:
+    """``show`` for a figure a result may lack (one stored by an older release, or a share of no
+    preemptions): a dash instead of a zero that would look measured."""
+    return lambda v: "\u2013" if v is None else show(v)
+
+
 # (key, label, format) of the figures in the results tables.
 CLUSTER_FIGURES = [
     ("utilization", "Utilization", lambda v: f"{100 * float(v or 0):.1f}%"),
@@ -329,6 +339,12 @@ CLUSTER_FIGURES = [
     ("wait_p95_s", "p95 wait", _hours),
     ("preemptions", "Preemptions", lambda v: str(v or 0)),
     ("lost_gpu_hours", "GPU-hours lost to preemption", _gpu_hours),
+    ("preemptions_per_job", "Preemptions per job", _or_dash(lambda v: f"{float(v):.2f}")),
+    (
+        "short_victims_share",
+        "Victims that had run under 10 min",
+        _or_dash(lambda v: f"{100 * float(v):.0f}%"),
+    ),
     ("allocated_gpu_hours", "GPU-hours allocated", _gpu_hours),
     ("capacity_gpu_hours", "GPU-hours of capacity", _gpu_hours),
     ("cost", "Cost ($)", lambda v: f"{float(v or 0):,.2f}"),

@@ -2,9 +2,8 @@
 
 Layout (every key always present, so a body is complete on its own)::
 
-    {"cluster_policy": {"idle_allocation", "task_ranking", "share_unallocated", "queueing",
-                        "fair_share_half_life_s", "fair_share_history_percent"},
-     "priority_classes": [{"name", "weight", "description"}, ...],
+    {"cluster_policy": {<CLUSTER_POLICY_FIELDS>},
+     "priority_classes": [{"name", "weight", "description", "min_runtime_s"}, ...],
      "teams": [{"name", <TEAM_FIELDS>, "quotas": [{"instance_type", <QUOTA_FIELDS>}, ...]}, ...]}
 
 The body is turned into what the rest of the product already understands: unsaved model rows
@@ -28,6 +27,9 @@ from allocations.simulation.cluster import team_scenario
 TEAM_SETTINGS = policy_fields.TEAM_SETTINGS
 QUOTA_SETTINGS = policy_fields.QUOTA_FIELDS
 CLUSTER_POLICY_SETTINGS = policy_fields.CLUSTER_POLICY_FIELDS
+# Settings added after drafts were first saved, with the value a body without them means (the
+# model's default, which is today's behaviour: docs/preemption.md section 7).
+ADDED_SETTINGS: dict[str, Any] = {"min_runtime_s": 0, "preemption_grace_s": 0}
 
 
 class BodyError(ValueError):
@@ -45,7 +47,12 @@ def live_body(state: interop.PolicyState | None = None) -> dict[str, Any]:
     return {
         "cluster_policy": {name: getattr(state.policy, name) for name in CLUSTER_POLICY_SETTINGS},
         "priority_classes": [
-            {"name": pc.name, "weight": pc.weight, "description": pc.description}
+            {
+                "name": pc.name,
+                "weight": pc.weight,
+                "description": pc.description,
+                "min_runtime_s": pc.min_runtime_s,
+            }
             for pc in state.priority_classes
         ],
         "teams": [
@@ -77,7 +84,7 @@ def check_body(body: Any) -> None:
         errors += [
             f"body.cluster_policy.{name}: is required"
             for name in CLUSTER_POLICY_SETTINGS
-            if name not in policy
+            if name not in policy and name not in ADDED_SETTINGS
         ]
     classes = body.get("priority_classes")
     if not isinstance(classes, list):
@@ -116,6 +123,13 @@ def check_body(body: Any) -> None:
 
 
 # --- Reading and changing a body -----------------------------------------------------------------
+def cluster_policy_values(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The body's cluster policy, every setting present (a body saved before a setting existed
+    means its default)."""
+    given = body["cluster_policy"]
+    return {name: given.get(name, ADDED_SETTINGS.get(name)) for name in CLUSTER_POLICY_SETTINGS}
+
+
 def team_entry(body: Mapping[str, Any], name: str) -> dict[str, Any] | None:
     return next((t for t in body["teams"] if t["name"] == name), None)
 
@@ -126,13 +140,28 @@ def with_cluster_policy(body: Mapping[str, Any], values: Mapping[str, Any]) -> d
     return new
 
 
-def with_priority_class(body: Mapping[str, Any], name: str, weight: int | None) -> dict[str, Any]:
-    """The body with class ``name`` at ``weight`` (added when new), or without it (``None``)."""
+_KEEP: Any = object()
+
+
+def with_priority_class(
+    body: Mapping[str, Any], name: str, weight: int | None, min_runtime_s: int | None = _KEEP
+) -> dict[str, Any]:
+    """The body with class ``name`` at ``weight`` (added when new), or without it (``None``);
+    its minimum runtime set when given (None: the policy's), else kept."""
     new = copy.deepcopy(dict(body))
     classes = [pc for pc in new["priority_classes"] if pc["name"] != name]
     if weight is not None:
         old = next((pc for pc in new["priority_classes"] if pc["name"] == name), None)
-        classes.append({"name": name, "weight": weight, "description": old["description"] if old else ""})
+        if min_runtime_s is _KEEP:
+            min_runtime_s = old.get("min_runtime_s") if old else None
+        classes.append(
+            {
+                "name": name,
+                "weight": weight,
+                "description": old["description"] if old else "",
+                "min_runtime_s": min_runtime_s,
+            }
+        )
     new["priority_classes"] = sorted(classes, key=lambda pc: (-pc["weight"], pc["name"]))
     return new
 
@@ -162,7 +191,7 @@ def with_team(
 # --- Unsaved rows for the console's forms --------------------------------------------------------
 def cluster_policy_row(body: Mapping[str, Any]) -> ClusterPolicy:
     """An unsaved ClusterPolicy holding the draft's values (never saved)."""
-    return ClusterPolicy(**{name: body["cluster_policy"][name] for name in CLUSTER_POLICY_SETTINGS})
+    return ClusterPolicy(**cluster_policy_values(body))
 
 
 def priority_class_row(body: Mapping[str, Any], name: str) -> PriorityClass | None:
@@ -172,7 +201,13 @@ def priority_class_row(body: Mapping[str, Any], name: str) -> PriorityClass | No
     if pc is None:
         return None
     live = PriorityClass.objects.filter(name=name).values_list("pk", flat=True).first()
-    row = PriorityClass(pk=live, name=pc["name"], weight=pc["weight"], description=pc.get("description", ""))
+    row = PriorityClass(
+        pk=live,
+        name=pc["name"],
+        weight=pc["weight"],
+        description=pc.get("description", ""),
+        min_runtime_s=pc.get("min_runtime_s"),
+    )
     row._state.adding = live is None  # Django's unique checks then skip the row itself
     return row
 
@@ -205,7 +240,7 @@ def quota_initial(body: Mapping[str, Any], name: str, instance_types: Iterable[A
 def as_import(body: Mapping[str, Any]) -> interop.ImportedPolicy:
     """The body as a complete import: every priority class, every team with all its quotas."""
     return interop.ImportedPolicy(
-        cluster_policy={name: body["cluster_policy"][name] for name in CLUSTER_POLICY_SETTINGS},
+        cluster_policy=cluster_policy_values(body),
         priority_classes={pc["name"]: pc["weight"] for pc in body["priority_classes"]},
         teams=[
             interop.TeamSettings(
@@ -233,10 +268,20 @@ def diff(body: Mapping[str, Any], state: interop.PolicyState | None = None) -> l
 
 # --- The body as a scenario's policy and teams (SCENARIO.md) --------------------------------------
 def scenario_policy(body: Mapping[str, Any]) -> dict[str, Any]:
-    policy = body["cluster_policy"]
+    """The body's policy as a scenario's. A setting added later is written only when it is not
+    its default: a default means today's behaviour, which a scenario without it has too."""
+    policy = cluster_policy_values(body)
     return {
-        **{name: policy[name] for name in CLUSTER_POLICY_SETTINGS},
-        "priority_classes": [{"name": pc["name"], "weight": pc["weight"]} for pc in body["priority_classes"]],
+        **{
+            name: value
+            for name, value in policy.items()
+            if name not in ADDED_SETTINGS or value != ADDED_SETTINGS[name]
+        },
+        "priority_classes": [
+            {"name": pc["name"], "weight": pc["weight"]}
+            | ({"min_runtime_s": pc["min_runtime_s"]} if pc.get("min_runtime_s") is not None else {})
+            for pc in body["priority_classes"]
+        ],
     }
 
 

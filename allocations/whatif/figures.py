@@ -4,8 +4,10 @@ The simulator's figures (``simulation.to_json``: utilization, GPU-hours idle whi
 waited, borrowed and lent GPU-hours, preemptions, lost GPU-hours, p50/p95 waits per team) are
 kept exactly as ``manage.py simulate --json`` prints them. Added here, from the per-job result:
 mean waits per team and per priority class, cost per team (GPU-hours x the instance type's
-price), running and waiting GPUs over time, and each job's total wait with the pending reason
-it waited longest under (recorded by :class:`ReasonRecorder` around the engine).
+price), running and waiting GPUs over time, each job's total wait with the pending reason
+it waited longest under (recorded by :class:`ReasonRecorder` around the engine). What
+preemption cost (docs/preemption.md section 2: lost GPU-hours, preemptions per job, the share
+of victims that had run less than 10 minutes) is the simulator's.
 
 Waits are those of the weekly reports and the dashboards (``selectors.history.job_activity``):
 one per start, from the submission or the latest requeue, p95 the nearest rank; so the live
@@ -319,7 +321,10 @@ def figures(
     }
     out = {
         "end_time": simulated["end_time"],
-        "cluster": {**simulated["cluster"], "cost": round(sum(cost.values()), 2)},
+        "cluster": {
+            **simulated["cluster"],
+            "cost": round(sum(cost.values()), 2),
+        },
         "teams": teams,
         "priority_classes": classes,
         "job_counts": simulated["job_counts"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -225,3 +226,25 @@ def test_unknown_settings_are_named() -> None:
     ):
         get_backend("simulated", {"speed": 60})
     get_backend("simulated", {"speedup": 60, "demo_workload": True})  # what load_demo writes
+
+
+def test_a_job_resumed_from_a_checkpoint_runs_only_the_rest_of_its_duration(
+    cluster_nodes: list[Node],
+) -> None:
+    """docs/preemption.md section 2: the simulator resumes a preempted job that kept progress
+    with the rest of its duration (kept progress is wall-clock seconds, like the run)."""
+    backend = get_backend("simulated", {"speedup": 60})
+    a, b = (n.name for n in cluster_nodes)
+    backend.start(spec(duration_s=3600), ((a, 4),))
+    backend.preempt("1")
+    backend.start(replace(spec(duration_s=3600), progress_kept_s=45.0), ((b, 4),))
+    row = SimulatedJob.objects.get()
+    assert row.ends_at - row.started_at == timedelta(seconds=15)
+    assert row.duration_s == 15
+
+
+def test_a_job_that_kept_all_its_work_ends_as_soon_as_it_resumes(cluster_nodes: list[Node]) -> None:
+    backend = get_backend("simulated", {})
+    backend.start(replace(spec(duration_s=600), progress_kept_s=900.0), ((cluster_nodes[0].name, 4),))
+    row = SimulatedJob.objects.get()
+    assert row.ends_at == row.started_at  # never a negative duration

@@ -122,6 +122,27 @@ def test_preemptions_chart_stacks_reasons_in_policy_order() -> None:
     assert chart.figure["layout"]["barmode"] == "stack"
 
 
+def test_lost_work_and_victim_runtime_charts_plot_the_cost_rows() -> None:
+    """The cost rows of ``preemption_points``: one per band and point, each carrying the
+    point's lost GPU-hours."""
+    points = [
+        {"at": at, "lost_gpu_hours": lost, "ran": band, "preemptions": n}
+        for at, lost in ((TIMES[0], 1.5), (TIMES[2], 0.25))
+        for band, n in (("under 10 min", 2), ("10-60 min", 0), ("over 1 h", 1), ("unknown", 0))
+    ]
+    lost = charts.lost_work_chart(points)
+    _assert_valid_plotly(lost)
+    assert lost.rows == ((charts.iso(TIMES[0]), 1.5), (charts.iso(TIMES[2]), 0.25))
+    assert lost.figure["data"][0]["y"] == [1.5, 0.25]
+    ran = charts.victim_runtime_chart(reversed(points))
+    _assert_valid_plotly(ran)
+    _assert_long_table_is_the_figure(ran)
+    assert [t["name"] for t in ran.figure["data"]] == ["under 10 min", "over 1 h"]  # none: left out
+    assert ran.figure["layout"]["barmode"] == "stack"
+    empty = charts.victim_runtime_chart([])
+    assert empty.figure["layout"]["annotations"][0]["text"] == "No data in this range"
+
+
 def test_team_usage_and_pending_charts_plot_every_series() -> None:
     points = [
         {"at": at, "quota": 8, "used": 10, "borrowed": 2, "lent": 0, "pending_gpus": 4,

@@ -18,7 +18,15 @@ from tests.e2e.conftest import login
 
 pytestmark = [pytest.mark.e2e]
 
-CLUSTER_CHARTS = ["capacity", "idle_while_waiting", "lending", "fair_share", "preemptions"]
+CLUSTER_CHARTS = [
+    "capacity",
+    "idle_while_waiting",
+    "lending",
+    "fair_share",
+    "preemptions",
+    "lost_work",
+    "victim_runtime",
+]
 TEAM_CHARTS = ["usage", "pending", "wait_time"]  # a team with no preemption has an empty chart
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
-from allocations.engine.preemption import find_victims, may_look_for_victims
+from allocations.engine.preemption import find_victims, may_look_for_victims, min_runtime_reason
 from allocations.engine.snapshot import (
     IdleAllocation,
     PendingCode,
@@ -104,8 +104,11 @@ class _Cycle:
         if state.fits(rec):
             self._start(rec)
             return {rec.team}
+        searched = False
         if may_look_for_victims(state, rec):
-            victims = find_victims(state, rec).victims
+            search = find_victims(state, rec)
+            victims = search.victims
+            searched = not search.deferred
             if victims is not None:
                 changed = {rec.team}
                 for victim, reason in victims:
@@ -116,7 +119,10 @@ class _Cycle:
             # A head that may take no victim now holds its team's unused lendable quota (3.3).
             if rec.team.team.reclaim != Reclaim.ANY:
                 state.hold(rec.tt, rec.ts)
-        self.pending[job.id] = state.reason(rec)
+        # docs/preemption.md 4: the victims it needs are protected by their minimum runtime.
+        why = state.reason(rec)
+        protected = min_runtime_reason(state, rec) if searched else None
+        self.pending[job.id] = protected or why
         if self.strict:
             self.blocked.setdefault(rec.team.index, job.id)
         return set()

@@ -43,10 +43,12 @@ def policy_of(spec: Mapping[str, Any]) -> ClusterPolicy:
         share_unallocated=bool(spec.get("share_unallocated", True)),
         queueing=Queueing(spec.get("queueing", "best-effort-fifo")),
         priority_classes=tuple(
-            PriorityClass(p["name"], p["weight"]) for p in spec.get("priority_classes", ())
+            PriorityClass(p["name"], p["weight"], p.get("min_runtime_s"))
+            for p in spec.get("priority_classes", ())
         ),
         fair_share_half_life_s=float(spec.get("fair_share_half_life_s", 0)),
         fair_share_history_percent=spec.get("fair_share_history_percent", 0),
+        min_runtime_s=float(spec.get("min_runtime_s", 0)),
     )
 
 
@@ -140,6 +142,7 @@ def build(spec: Mapping[str, Any]) -> Replay:
             priority_class=j.get("priority"),
             preemptions=j.get("preemptions", 0),
             last_preempted_at=j.get("last_preempted_at"),
+            checkpoint_interval_s=j.get("checkpoint_interval_s"),
         )
         durations[job.id] = j.get("duration")
         submits[job.id] = job.submit_time

@@ -232,3 +232,29 @@ def test_s3_2_history_counts_beside_borrowing_now_by_its_percentage() -> None:
     assert share_key(50, 1, 10, *history_terms(whole, 1.0)) < share_key(0, 1, 10, *history_terms(whole, 1.5))
     assert share_key(2, 1, 10, *history_terms(whole, 1.0)) > share_key(1, 1, 10, *history_terms(whole, 1.0))
     assert history_terms(dataclasses.replace(whole, fair_share_half_life_s=0.0), 9.0) == (0, 1)
+
+
+def test_min_runtime_of_takes_the_class_override_else_the_policy() -> None:
+    """docs/preemption.md 1 and 7: ``min_runtime_s`` on a class (None: the policy's)."""
+    policy = ClusterPolicy(
+        min_runtime_s=600,
+        priority_classes=(PriorityClass("inference", 100, min_runtime_s=0), PriorityClass("training", 50)),
+    )
+    job = Job("j", "team-a", P5, 1, 0.0)
+    assert engine.min_runtime_of(policy, job) == 600
+    assert engine.min_runtime_of(policy, dataclasses.replace(job, priority_class="inference")) == 0
+    assert engine.min_runtime_of(policy, dataclasses.replace(job, priority_class="training")) == 600
+    assert engine.min_runtime_of(policy, dataclasses.replace(job, priority_class="gone")) == 600
+
+
+def test_lost_work_is_the_time_since_the_last_checkpoint() -> None:
+    """docs/preemption.md 2: without checkpoints the whole run is lost; with them, the time
+    since the last one, and the rest of the run is kept."""
+    job = Job("j", "team-a", P5, 2, 0.0, nodes=(("n1", 2),), started_at=100.0)
+    assert engine.lost_work_s(job, 1100.0) == 1000.0
+    assert engine.last_checkpoint_s(job, 1100.0) == 0.0
+    saved = dataclasses.replace(job, checkpoint_interval_s=300.0)
+    assert engine.lost_work_s(saved, 1100.0) == 100.0
+    assert engine.last_checkpoint_s(saved, 1100.0) == 900.0
+    assert engine.lost_work_s(saved, 250.0) == 150.0
+    assert engine.lost_work_s(dataclasses.replace(job, started_at=None), 1100.0) == 0.0

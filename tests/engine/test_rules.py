@@ -1079,6 +1079,144 @@ CASES = [
 ]
 
 
+# docs/preemption.md: minimum runtime (section 1), checkpoints (2), victim order (3), the
+# pending reason ``min-runtime`` (4). Ids start with the section (``p1_...``).
+COST_TEAMS = [team("a", 4, reclaim="any"), team("b", 4, borrow_limit_percent=100)]
+COST_CASES = [
+    Case(
+        "p1_a_job_within_its_minimum_runtime_is_no_candidate",
+        "b1 ran 100 s of its 600 s minimum runtime: the reclaim takes the older b0 instead",
+        scenario(
+            pool(1, 8),
+            COST_TEAMS,
+            [running("b0", "b", 4, since=-1000), running("b1", "b", 4, since=-100), pending("a1", "a", 4)],
+            min_runtime_s=600,
+        ),
+        starts={"a1"},
+        preempted={"b0": ("reclaim", "a1")},
+    ),
+    Case(
+        "p1_without_minimum_runtime_the_most_recent_goes",
+        "the same cluster with min_runtime_s 0: POLICY.md 4's order takes b1",
+        scenario(
+            pool(1, 8),
+            COST_TEAMS,
+            [running("b0", "b", 4, since=-1000), running("b1", "b", 4, since=-100), pending("a1", "a", 4)],
+        ),
+        starts={"a1"},
+        preempted={"b1": ("reclaim", "a1")},
+    ),
+    Case(
+        "p4_min_runtime_names_the_victim_and_the_time_left",
+        "both of b's jobs are protected; the search that would count them takes b1, whose "
+        "protection ends in 550 s",
+        scenario(
+            pool(1, 8),
+            COST_TEAMS,
+            [running("b0", "b", 4, since=-100), running("b1", "b", 4, since=-50), pending("a1", "a", 4)],
+            min_runtime_s=600,
+        ),
+        starts=set(),
+        pending={"a1": "min-runtime"},
+        messages={"a1": "reclaims 4 GPUs from b's job b1 in 10 min: minimum runtime"},
+    ),
+    Case(
+        "p4_the_job_starts_once_the_minimum_runtime_has_run",
+        "at 550 s b1 has run its 600 s: a1 takes it",
+        scenario(
+            pool(1, 8),
+            COST_TEAMS,
+            [running("b0", "b", 4, since=-100), running("b1", "b", 4, since=-50), pending("a1", "a", 4)],
+            min_runtime_s=600,
+        ),
+        now=550,
+        starts={"a1"},
+        preempted={"b1": ("reclaim", "a1")},
+    ),
+    Case(
+        "p4_in_team_victims_protected_say_preempts",
+        "a's low job is protected; its high job waits for it",
+        scenario(
+            pool(1, 4),
+            [team("a", 4)],
+            [running("a0", "a", 4, "low", since=-30), pending("a1", "a", 2, "high")],
+            min_runtime_s=90,
+        ),
+        starts=set(),
+        pending={"a1": "min-runtime"},
+        messages={"a1": "preempts 4 GPUs from a's job a0 in 1 min: minimum runtime"},
+    ),
+    Case(
+        "p1_a_class_minimum_runtime_overrides_the_policy",
+        "class low has min_runtime_s 0 under a policy of 600: b1 (low) may go",
+        {
+            **scenario(
+                pool(1, 8),
+                COST_TEAMS,
+                [
+                    running("b0", "b", 4, "mid", since=-100),
+                    running("b1", "b", 4, "low", since=-50),
+                    pending("a1", "a", 4, "mid"),
+                ],
+            ),
+            "policy": {
+                "priority_classes": [
+                    {"name": "low", "weight": 10, "min_runtime_s": 0},
+                    {"name": "mid", "weight": 20},
+                ],
+                "min_runtime_s": 600,
+            },
+        },
+        starts={"a1"},
+        preempted={"b1": ("reclaim", "a1")},
+    ),
+    Case(
+        "p1_a_job_started_at_this_instant_is_protected",
+        "b1 started at this instant (an earlier cycle): no candidate, a1 waits with min-runtime",
+        scenario(
+            pool(1, 8),
+            [team("a", 4, reclaim="any"), team("b", 0, borrow_limit="unlimited")],
+            [running("a0", "a", 2, since=-100), running("b1", "b", 6, since=0), pending("a1", "a", 2)],
+            min_runtime_s=60,
+        ),
+        starts=set(),
+        pending={"a1": "min-runtime"},
+        messages={"a1": "reclaims 6 GPUs from b's job b1 in 1 min: minimum runtime"},
+    ),
+    Case(
+        "p3_least_work_lost_first",
+        "b0 started 1000 s ago with a checkpoint every 300 s (loses 100 s), b1 200 s ago without "
+        "(loses 200 s): b0 goes although b1 started more recently",
+        scenario(
+            pool(1, 8),
+            COST_TEAMS,
+            [
+                running("b0", "b", 4, since=-1000, checkpoint_interval_s=300),
+                running("b1", "b", 4, since=-200),
+                pending("a1", "a", 4),
+            ],
+        ),
+        starts={"a1"},
+        preempted={"b0": ("reclaim", "a1")},
+    ),
+    Case(
+        "p3_equal_lost_work_most_recently_started_first",
+        "b0 (1000 s, checkpoint every 300 s) and b1 (100 s) both lose 100 s: the more recent b1 goes",
+        scenario(
+            pool(1, 8),
+            COST_TEAMS,
+            [
+                running("b0", "b", 4, since=-1000, checkpoint_interval_s=300),
+                running("b1", "b", 4, since=-100),
+                pending("a1", "a", 4),
+            ],
+        ),
+        starts={"a1"},
+        preempted={"b1": ("reclaim", "a1")},
+    ),
+]
+
+
 def _run(case: Case) -> tuple[Plan, set[str], dict[str, tuple[str, str]]]:
     replay = build(case.spec)
     if case.settle:
@@ -1121,3 +1259,14 @@ def test_case_ids_name_their_section() -> None:
         "no-idle-capacity",
         "fragmented",
     }
+
+
+@pytest.mark.parametrize("case", COST_CASES, ids=[c.id for c in COST_CASES])
+def test_preemption_cost_rule(case: Case) -> None:
+    """docs/preemption.md sections 1 to 4."""
+    test_policy_rule(case)
+
+
+def test_cost_case_ids_name_their_section() -> None:
+    assert all(c.id.split("_")[0] in {"p1", "p2", "p3", "p4"} for c in COST_CASES)
+    assert len({c.id for c in COST_CASES}) == len(COST_CASES)

@@ -10,6 +10,7 @@ preemptions abound, both must give the same plan, reasons included.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -22,6 +23,7 @@ from allocations.engine import (
     InstanceType,
     Job,
     Node,
+    PendingCode,
     Plan,
     PreemptTeamTasks,
     PriorityClass,
@@ -32,16 +34,22 @@ from allocations.engine import (
     TaskRanking,
     Team,
     allocate,
+    min_runtime_of,
 )
+from allocations.engine.session import Session
 
 from . import reference
 
 CLASSES = (PriorityClass("low", 10), PriorityClass("mid", 20), PriorityClass("high", 30))
 
 
-def busy_cluster(rng: random.Random, policy: ClusterPolicy) -> Snapshot:
+def busy_cluster(rng: random.Random, policy: ClusterPolicy, costs: bool = False) -> Snapshot:
     """Two instance types, quotas near capacity, nodes nearly full of jobs of random teams (so
-    some teams borrow a lot), and many pending jobs of few shapes."""
+    some teams borrow a lot), and many pending jobs of few shapes.
+
+    ``costs``: also a minimum runtime on the policy and on some classes and checkpoints on
+    some jobs (docs/preemption.md), drawn from a generator of their own after everything else,
+    so that the clusters drawn without them stay what they were."""
     types = (InstanceType("big", 8), InstanceType("small", 4))
     nodes = [
         Node(f"{it.name}-{k:02d}", it.name, it.gpus_per_node, rng.random() > 0.05)
@@ -110,11 +118,32 @@ def busy_cluster(rng: random.Random, policy: ClusterPolicy) -> Snapshot:
                 last_preempted_at=-1.0,
             )
         )
+    if costs:
+        policy, jobs = _with_costs(random.Random(rng.random()), policy, jobs)
     history: dict[str, float] = {}
     if policy.fair_share_half_life_s > 0:
         # Drawn last, so that a cluster without history is the one it always was.
         history = {t.name: rng.choice([0.0, 0.0, 1.0, 2.5, rng.uniform(0, 30)]) for t in teams}
     return Snapshot(types, tuple(nodes), tuple(teams), policy, tuple(jobs), borrowed_history=history)
+
+
+def _with_costs(
+    rng: random.Random, policy: ClusterPolicy, jobs: list[Job]
+) -> tuple[ClusterPolicy, list[Job]]:
+    """Minimum runtimes that protect some of the running jobs (started 0 to 500 s ago), some
+    classes with their own, and checkpoints on some jobs (docs/preemption.md 1 to 3)."""
+    classes = tuple(
+        dataclasses.replace(pc, min_runtime_s=rng.choice([None, None, 0.0, 100.0, 400.0]))
+        for pc in policy.priority_classes
+    )
+    policy = dataclasses.replace(
+        policy, min_runtime_s=rng.choice([0.0, 60.0, 200.0, 450.0]), priority_classes=classes
+    )
+    jobs = [
+        dataclasses.replace(job, checkpoint_interval_s=rng.choice([None, None, 0.0, 30.0, 120.0]))
+        for job in jobs
+    ]
+    return policy, jobs
 
 
 @settings(max_examples=150, deadline=None)
@@ -145,6 +174,71 @@ def test_shortcuts_and_batches_never_change_the_plan(
     )
     snapshot = busy_cluster(random.Random(seed), policy)
     assert allocate(snapshot, 0.0) == reference.allocate(snapshot, 0.0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    idle=st.sampled_from(list(IdleAllocation)),
+    ranking=st.sampled_from(list(TaskRanking)),
+    queueing=st.sampled_from(list(Queueing)),
+)
+def test_shortcuts_never_change_the_plan_under_minimum_runtimes_and_checkpoints(
+    seed: int, idle: IdleAllocation, ranking: TaskRanking, queueing: Queueing
+) -> None:
+    """docs/preemption.md 1 to 4: protected jobs are no candidates, checkpoints order the
+    victims, and a failure's reason may be ``min-runtime``; the memory of failures must give
+    the reference's plan all the same."""
+    policy = ClusterPolicy(idle, ranking, True, queueing, CLASSES)
+    snapshot = busy_cluster(random.Random(seed), policy, costs=True)
+    assert allocate(snapshot, 0.0) == reference.allocate(snapshot, 0.0)
+
+
+def _applied(snapshot: Snapshot, plan: Plan, now: float, serial: int) -> Snapshot:
+    """The snapshot after ``plan`` is applied at ``now`` (preemptions, then starts)."""
+    jobs = {j.id: j for j in snapshot.jobs}
+    for p in plan.preemptions:
+        job = jobs[p.job_id]
+        jobs[p.job_id] = dataclasses.replace(
+            job, nodes=(), started_at=None, preemptions=job.preemptions + 1, last_preempted_at=now
+        )
+    for n, s in enumerate(plan.starts):
+        jobs[s.job_id] = dataclasses.replace(
+            jobs[s.job_id], nodes=s.nodes, started_at=now, start_seq=serial * 1000 + n
+        )
+    return dataclasses.replace(snapshot, jobs=tuple(jobs.values()))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_session_follows_minimum_runtimes_ending_over_time(seed: int) -> None:
+    """A ``Session`` kept over instants gives ``allocate``'s plan when protections end and
+    checkpoints move the victim order between its cycles (it builds again at a new instant)."""
+    rng = random.Random(seed)
+    idle = rng.choice(list(IdleAllocation))
+    snapshot = busy_cluster(rng, ClusterPolicy(idle, priority_classes=CLASSES), costs=True)
+    session = Session()
+    for serial, now in enumerate((0.0, 0.0, 50.0, 50.0, 130.0, 300.0, 300.0, 460.0), start=1):
+        plan = session(snapshot, now)
+        assert plan == allocate(snapshot, now) == reference.allocate(snapshot, now)
+        # docs/preemption.md 6: no job is preempted before its minimum runtime.
+        jobs = {j.id: j for j in snapshot.jobs}
+        for p in plan.preemptions:
+            victim = jobs[p.job_id]
+            assert victim.started_at is not None
+            assert now - victim.started_at >= min_runtime_of(snapshot.policy, victim), p
+        snapshot = _applied(snapshot, plan, now, serial)
+
+
+def test_busy_clusters_meet_minimum_runtimes() -> None:
+    """The generator with costs protects jobs that searches would take: some pending reasons
+    are ``min-runtime``."""
+    codes = 0
+    for seed in range(30):
+        for idle in IdleAllocation:
+            snapshot = busy_cluster(random.Random(seed), ClusterPolicy(idle, priority_classes=CLASSES), True)
+            plan = allocate(snapshot, 0.0)
+            codes += sum(1 for r in plan.pending.values() if r.code == PendingCode.MIN_RUNTIME)
+    assert codes > 10
 
 
 def test_busy_clusters_exercise_preemption() -> None:

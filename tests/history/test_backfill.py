@@ -201,3 +201,27 @@ def test_every_preemption_the_history_counts_has_its_jobs_event(personas, settin
         assert job.started_at <= job.finished_at <= datetime.fromisoformat(end).replace(tzinfo=UTC)
         [last] = JobEvent.objects.filter(job=job).order_by("-at", "-id")[:1]
         assert last.kind == "cancelled" and "history ends" in last.message
+
+
+def test_the_backfilled_preemptions_record_their_lost_work(personas, settings) -> None:  # type: ignore[no-untyped-def]
+    """Each preempted event says how long its run lasted and what it lost (the whole run: the
+    demo's jobs have no checkpoints), and the history adds them up as the live sampler does."""
+    from allocations.models import JobEvent
+    from allocations.services import history
+
+    settings.HISTORY_MINUTE_DAYS = 1
+    call_command("backfill_demo_history", "--days", "2", "--seed", "4", stdout=StringIO())
+    events = JobEvent.objects.filter(kind="preempted").select_related("job")
+    assert events and all(e.ran_s is not None and e.ran_s >= 0 for e in events)
+    assert all(e.lost_gpu_seconds == pytest.approx(e.job.gpus * e.ran_s) for e in events)
+    lost = sum(e.lost_gpu_seconds or 0 for e in events)
+    assert lost > 0
+    hours = TeamUsageRollup.objects.filter(period="hour")
+    sums = hours.aggregate(*(Sum(c) for c in [*history.COST_FIELDS, *history.PREEMPTION_FIELDS.values()]))
+    assert sums["lost_gpu_seconds__sum"] == pytest.approx(lost)
+    bands = [sums[f"{column}__sum"] for _, column in history.RAN_FIELDS.values()]
+    assert sum(bands) == sum(sums[f"{c}__sum"] for c in history.PREEMPTION_FIELDS.values())
+    by_band = {history.ran_band(e.ran_s or 0) for e in events}
+    assert len(by_band) > 1  # the demo's victims ran for various times
+    for job in Job.objects.filter(preemption_count__gt=0)[:20]:
+        assert job.lost_gpu_seconds == pytest.approx(sum(e.lost_gpu_seconds or 0 for e in job.events.all()))

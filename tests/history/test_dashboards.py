@@ -20,8 +20,16 @@ from allocations.models import JobEvent
 from allocations.selectors import history as selectors
 from allocations.services import history
 
-CLUSTER_CHARTS = ["capacity", "idle_while_waiting", "lending", "fair_share", "preemptions"]
-TEAM_CHARTS = ["usage", "pending", "wait_time", "preemptions"]
+CLUSTER_CHARTS = [
+    "capacity",
+    "idle_while_waiting",
+    "lending",
+    "fair_share",
+    "preemptions",
+    "lost_work",
+    "victim_runtime",
+]
+TEAM_CHARTS = ["usage", "pending", "wait_time", "preemptions", "lost_work", "victim_runtime"]
 
 
 def _client(user: Any) -> Client:
@@ -118,6 +126,9 @@ def test_the_team_data_shows_what_was_sampled(recorded) -> None:  # type: ignore
     assert len(usage["lent"]) == 30 and set(usage["lent"]) == {4.0} and set(usage["quota"]) == {8.0}
     preempted = {t["name"]: sum(t["y"]) for t in figures["preemptions"]["data"]}
     assert preempted == {"reclaim": 1}
+    # Recorded with neither its run time nor a start: a victim whose run is not known.
+    ran = {t["name"]: sum(t["y"]) for t in figures["victim_runtime"]["data"]}
+    assert ran == {"unknown": 1} and sum(figures["lost_work"]["data"][0]["y"]) == 0
     waits = dict(zip(figures["wait_time"]["data"][0]["x"], figures["wait_time"]["data"][0]["y"], strict=True))
     assert waits["1-5 min"] == 1 and sum(waits.values()) == 1
 
@@ -150,7 +161,7 @@ def test_each_csv_is_exactly_its_charts_data(recorded, dashboard: str) -> None: 
         header, *rows = list(csv.reader(io.StringIO(response.content.decode())))
         assert len(rows) == chart["points"], chart["key"]
         traces = chart["figure"]["data"]
-        if header[:2] in (["time", "series"], ["time", "reason"]):
+        if header[:2] in (["time", "series"], ["time", "reason"], ["time", "victim_ran"]):
             plotted = sorted(
                 (str(x), t["name"], float(y)) for t in traces for x, y in zip(t["x"], t["y"], strict=True)
             )
@@ -379,3 +390,54 @@ def test_dashboards_without_any_history_yet_say_so(personas) -> None:  # type: i
                 assert chart["points"] == 0, (url, chart["key"])
                 assert chart["figure"]["layout"]["annotations"][0]["text"] == "No data in this range"
     assert client.get(reverse("allocations:dashboard_cluster")).status_code == 200
+
+
+def test_the_dashboards_show_lost_gpu_hours_and_victims_by_run_time(personas) -> None:  # type: ignore[no-untyped-def]
+    """Three of team-a's jobs preempted in one minute: 4 GPUs after 5 minutes with a checkpoint
+    that kept 2 (12 GPU-minutes lost), 2 GPUs after 30 minutes and 1 after 2 hours, neither
+    with one (the whole run lost): 12 + 60 + 120 GPU-minutes = 3.2 GPU-hours; a team-b job
+    after 20 minutes on 8 GPUs (2.67 GPU-hours) shows on the cluster's chart only."""
+    from tests import factories as f
+
+    now = timezone.now().replace(second=30)
+    minute = history.floor_minute(now)
+    for team, gpus, ran_min, lost_gpu_min in [
+        (personas.team, 4, 5, 12),
+        (personas.team, 2, 30, None),
+        (personas.team, 1, 120, None),
+        (personas.other_team, 8, 20, None),
+    ]:
+        job = f.make_job(team, personas.instance_type, gpus, submitted_at=now - timedelta(hours=3))
+        at = minute - timedelta(seconds=20)
+        JobEvent.objects.create(job=job, kind=JobEventKind.STARTED, at=at - timedelta(minutes=ran_min))
+        JobEvent.objects.create(
+            job=job,
+            kind=JobEventKind.PREEMPTED,
+            at=at,
+            reason="reclaim",
+            ran_s=ran_min * 60.0 if lost_gpu_min is not None else None,  # older events lack both
+            lost_gpu_seconds=lost_gpu_min * 60.0 if lost_gpu_min is not None else None,
+        )
+    history.history_sample(now=minute)
+    history.history_rollup(now=minute)
+    client = _client(personas.cluster_admin)
+    expected = {
+        "team": (3.2, {"under 10 min": 1, "10-60 min": 1, "over 1 h": 1}),
+        "cluster": (3.2 + 8 * 20 / 60, {"under 10 min": 1, "10-60 min": 2, "over 1 h": 1}),
+    }
+    for dashboard, kwargs in (("team", {"team": "team-a"}), ("cluster", {})):
+        lost_gpu_hours, by_run = expected[dashboard]
+        for key in ("1h", "7d"):  # minutes, and hour rollups
+            data = client.get(
+                reverse(f"allocations:dashboard_{dashboard}_data", kwargs=kwargs), {"range": key}
+            )
+            figures = {c["key"]: c["figure"] for c in data.json()["charts"]}
+            assert sum(figures["lost_work"]["data"][0]["y"]) == pytest.approx(lost_gpu_hours, abs=0.001)
+            ran = {t["name"]: sum(t["y"]) for t in figures["victim_runtime"]["data"]}
+            assert ran == by_run, (dashboard, key)
+        page = client.get(reverse(f"allocations:dashboard_{dashboard}", kwargs=kwargs)).content.decode()
+        assert 'id="chart-lost_work"' in page and 'id="chart-victim_runtime"' in page
+        csv_url = reverse(f"allocations:dashboard_{dashboard}_csv", kwargs={**kwargs, "chart": "lost_work"})
+        rows = list(csv.reader(io.StringIO(client.get(csv_url, {"range": "1h"}).content.decode())))
+        assert rows[0] == ["time", "lost_gpu_hours"]
+        assert sum(float(r[1]) for r in rows[1:]) == pytest.approx(lost_gpu_hours, abs=0.001)

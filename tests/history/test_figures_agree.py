@@ -157,3 +157,27 @@ def test_the_dashboard_window_covers_the_hours_its_rows_stand_for() -> None:
     start, end = window.span
     assert (start, end) == (window.start + timedelta(hours=1), window.end + timedelta(hours=1))
     assert start <= now - timedelta(days=7) + timedelta(hours=1) and end > now
+
+
+def test_reports_and_dashboards_agree_on_the_gpu_hours_lost_to_preemption(backfilled: Any) -> None:
+    """The reports read each preempted event's lost work; the dashboards the history, which
+    the sampler (here the backfill, by the same rule) adds up from those events."""
+    reports: list[ClusterReport] = [weekly_figures(week) for week in _weeks()]
+    admin = Client()
+    admin.force_login(backfilled.cluster_admin)
+    total = 0.0
+    for team in TEAMS:
+        in_reports = sum(report.team(team).jobs.gpu_hours_lost for report in reports)
+        rows = _csv(admin, f"/dashboards/teams/{team}/lost_work.csv")
+        shown = sum(float(row["lost_gpu_hours"]) for row in rows)
+        assert in_reports > 0 and shown == pytest.approx(in_reports, rel=1e-3, abs=0.01), team
+        # Every preemption is in one run-time band: the events all record their run.
+        by_run: Counter[str] = Counter()
+        for row in _csv(admin, f"/dashboards/teams/{team}/victim_runtime.csv"):
+            by_run[row["victim_ran"]] += int(row["preemptions"])
+        assert "unknown" not in by_run
+        assert sum(by_run.values()) == sum(report.team(team).jobs.preempted for report in reports)
+        total += in_reports
+    cluster = sum(float(row["lost_gpu_hours"]) for row in _csv(admin, "/dashboards/cluster/lost_work.csv"))
+    assert cluster == pytest.approx(total, rel=1e-3, abs=0.01)
+    assert sum(report.jobs.gpu_hours_lost for report in reports) == pytest.approx(total)

@@ -1,6 +1,7 @@
 """Property tests of the job figures that the weekly reports and the dashboards share: for any
 lifecycle of any jobs, ``activity_by_team`` (a walk of plain rows, no database) gives starts
-and preemptions that add up and GPU-hours lost equal to the preempted runs' GPU-hours, and
+and preemptions that add up and GPU-hours lost equal to what each preempted event records it
+lost or, for an event recorded without it, the preempted run's GPU-hours, and
 ``job_waits`` (in the database) one wait per start in the week, never negative, from the job's
 latest submission or requeue."""
 
@@ -23,25 +24,29 @@ ORIGIN = WEEK.start - timedelta(days=3)
 
 @st.composite
 def lifecycle(draw: st.DrawFn, job_id: int) -> list[tuple]:
-    """One job's events in order: submitted, then (started, (preempted, requeued | finished))*."""
+    """One job's events in order: submitted, then (started, (preempted, requeued | finished))*;
+    a preempted event records its run and lost GPU-seconds (a checkpoint kept some) or, as
+    events recorded before those fields, neither."""
     team = draw(st.integers(1, 3))
     gpus = draw(st.integers(1, 8))
     at = ORIGIN + timedelta(minutes=draw(st.integers(0, 14 * 24 * 60)))
     submitted = at
-    rows = [(job_id, team, gpus, submitted, "submitted", at, "", None)]
+    rows = [(job_id, team, gpus, submitted, "submitted", at, "", None, None, None)]
     for _ in range(draw(st.integers(0, 4))):
         at += timedelta(minutes=draw(st.integers(0, 3000)))
-        rows.append((job_id, team, gpus, submitted, "started", at, "", None))
-        at += timedelta(minutes=draw(st.integers(0, 3000)))
+        rows.append((job_id, team, gpus, submitted, "started", at, "", None, None, None))
+        ran = draw(st.integers(0, 3000)) * 60.0
+        at += timedelta(seconds=ran)
         if draw(st.booleans()):
             reason = draw(st.sampled_from(["in-team", "reclaim", "fair-share"]))
             preemptor = draw(st.sampled_from([None, 1, 2, 3]))
-            rows.append((job_id, team, gpus, submitted, "preempted", at, reason, preemptor))
-            rows.append((job_id, team, gpus, submitted, "requeued", at, reason, None))
+            lost = gpus * draw(st.floats(0, ran)) if draw(st.booleans()) else None
+            recorded = ran if lost is not None else None
+            rows.append((job_id, team, gpus, submitted, "preempted", at, reason, preemptor, recorded, lost))
+            rows.append((job_id, team, gpus, submitted, "requeued", at, reason, None, None, None))
         else:
-            rows.append(
-                (job_id, team, gpus, submitted, draw(st.sampled_from(["finished", "failed"])), at, "", None)
-            )
+            kind = draw(st.sampled_from(["finished", "failed"]))
+            rows.append((job_id, team, gpus, submitted, kind, at, "", None, None, None))
             break
     return rows
 
@@ -62,7 +67,10 @@ def in_week(at: datetime) -> bool:
 @given(histories())
 def test_job_figures_add_up(rows: list[tuple]) -> None:
     # What the query returns: every event of the jobs (also after the week), by job, in time order.
-    walked = [(job, team, gpus, kind, at, preemptor) for job, team, gpus, _, kind, at, _, preemptor in rows]
+    walked = [
+        (job, team, gpus, kind, at, preemptor, ran_s, lost)
+        for job, team, gpus, _, kind, at, _, preemptor, ran_s, lost in rows
+    ]
     jobs = activity_by_team(WEEK.start, WEEK.end, walked)
     for team, figures in jobs.items():
         mine = [r for r in rows if r[1] == team]
@@ -73,10 +81,14 @@ def test_job_figures_add_up(rows: list[tuple]) -> None:
         assert figures.preemptions_caused == sum(
             1 for r in rows if r[4] == "preempted" and in_week(r[5]) and r[7] == team
         )
-        # Each preempted run: the GPUs times the time since that job's previous start (in order).
+        # Each preempted run: what its event records it lost, else the GPUs times the time since
+        # that job's previous start (in order).
         lost = 0.0
         for i, r in enumerate(rows):
             if r[1] == team and r[4] == "preempted" and in_week(r[5]):
+                if r[9] is not None:
+                    lost += r[9] / 3600
+                    continue
                 start = next(s[5] for s in reversed(rows[:i]) if s[0] == r[0] and s[4] == "started")
                 lost += r[2] * (r[5] - start).total_seconds() / 3600
         assert abs(figures.gpu_hours_lost - lost) < 1e-6
@@ -97,13 +109,13 @@ def test_waits_are_one_per_start_from_the_latest_submission_or_requeue(
     Job.objects.all().delete()
     personas_type = three_teams[1].quotas.get().instance_type
     jobs: dict[int, Job] = {}
-    for job_id, team, gpus, submitted, kind, at, reason, _ in rows:
+    for job_id, team, gpus, submitted, kind, at, reason, *_ in rows:
         if job_id not in jobs:
             jobs[job_id] = f.make_job(three_teams[team], personas_type, gpus, submitted_at=submitted)
         JobEvent.objects.create(job=jobs[job_id], kind=kind, at=at, reason=reason)
     expected: dict[int, list[float]] = {}
     ready: dict[int, datetime] = {}
-    for job_id, team, _, submitted, kind, at, _, _ in rows:
+    for job_id, team, _, submitted, kind, at, *_ in rows:
         if kind in ("submitted", "requeued"):
             ready[job_id] = at
         elif kind == "started" and in_week(at):

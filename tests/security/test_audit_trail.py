@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 
 from allocations import policy_fields
 from allocations.choices import AuditAction
@@ -147,6 +148,14 @@ CASES: list[tuple[Any, tuple[str, ...], Any, str, Any, str]] = [
         "d",
         "d",
     ),
+    (
+        services.priority_class_update,
+        policy_fields.PRIORITY_CLASS_FIELDS,
+        _priority_class,
+        "min_runtime_s",
+        600,
+        "600",
+    ),
     (memberships.membership_update, memberships.MEMBERSHIP_FIELDS, _membership, "role", "viewer", "viewer"),
     (memberships.membership_update, memberships.MEMBERSHIP_FIELDS, _membership, "weekly_report", False, "no"),
     (services.cluster_update, policy_fields.CLUSTER_FIELDS, _nothing, "name", "gpu-west", "gpu-west"),
@@ -198,6 +207,30 @@ CASES: list[tuple[Any, tuple[str, ...], Any, str, Any, str]] = [
         "strict-fifo",
         "strict-fifo",
     ),
+    (
+        services.cluster_policy_update,
+        policy_fields.CLUSTER_POLICY_FIELDS,
+        _nothing,
+        "min_runtime_s",
+        600,
+        "600",
+    ),
+    (
+        services.cluster_policy_update,
+        policy_fields.CLUSTER_POLICY_FIELDS,
+        _nothing,
+        "fair_share_half_life_s",
+        3600,
+        "3600",
+    ),
+    (
+        services.cluster_policy_update,
+        policy_fields.CLUSTER_POLICY_FIELDS,
+        _nothing,
+        "fair_share_history_percent",
+        50,
+        "50",
+    ),
 ]
 # Fields whose change needs another one set with it (a rule), audited in their own tests:
 # borrow_limit only counts with the absolute kind; backend_kind slurm needs its settings;
@@ -209,10 +242,13 @@ COMBINED = {
     ("cluster_update", "backend_kind"),
     ("node_update", "instance_type"),
 }
+# Fields only one value of which is accepted yet, so no change of them can be audited: each is
+# refused with its reason, and nothing is written (test below).
+ONE_VALUE_ONLY = {("cluster_policy_update", "preemption_grace_s")}
 
 
 def test_every_field_of_every_service_has_a_case():
-    covered = {(service.__name__, field) for service, _, _, field, _, _ in CASES} | COMBINED
+    covered = {(service.__name__, field) for service, _, _, field, _, _ in CASES} | COMBINED | ONE_VALUE_ONLY
     wanted = {(service.__name__, field) for service, fields, *_ in CASES for field in fields}
     assert wanted - covered == set()
 
@@ -281,3 +317,19 @@ def test_create_and_delete_write_entries(personas):
     actions = list(AuditEntry.objects.order_by("id").values_list("action", flat=True).distinct())
     assert actions == [AuditAction.CREATE, AuditAction.DELETE]
     assert AuditEntry.objects.filter(action=AuditAction.CREATE, new_value__contains="weight: 99").exists()
+
+
+@pytest.mark.parametrize("value", [30, 1, -1, "30", True])
+def test_a_preemption_grace_above_0_is_refused_with_its_reason_and_not_audited(personas, value):
+    """docs/preemption.md section 5: grace is not carried out yet, so only 0 is accepted; a
+    change is refused naming the field and the value, and the trail records nothing."""
+    services.cluster_policy_update(actor=personas.cluster_admin)
+    AuditEntry.objects.all().delete()
+    with pytest.raises(ValidationError) as refused:
+        services.cluster_policy_update(actor=personas.cluster_admin, preemption_grace_s=value)
+    (message,) = refused.value.message_dict["preemption_grace_s"]
+    assert "not carried out yet" in message and "docs/preemption.md section 5" in message
+    assert message.endswith(f"only 0 is accepted; got {value!r}.")
+    assert not AuditEntry.objects.exists()
+    services.cluster_policy_update(actor=personas.cluster_admin, preemption_grace_s=0)
+    assert not AuditEntry.objects.exists()  # 0 is no change

@@ -106,6 +106,28 @@ def test_estimated_starts_from_the_database(personas):
     assert abs((estimates[waiting.pk] - expected).total_seconds()) < 0.01
 
 
+def test_a_job_resumed_from_a_checkpoint_is_expected_to_run_only_the_rest(personas):
+    """docs/preemption.md section 2: a job that kept 1,800 s of a 3,600 s run ends 1,800 s
+    after it started again, and so frees its GPUs then."""
+    now = timezone.now()
+    it = personas.instance_type
+    n1, n2 = (node.name for node in personas.nodes)
+    for team, node in ((personas.team, n1), (personas.other_team, n2)):
+        f.make_job(
+            team,
+            it,
+            8,
+            state=JobState.RUNNING,
+            nodes=[[node, 8]],
+            started_at=now,
+            requested_duration=3600,
+            progress_kept_s=1800.0 if node == n1 else 0.0,
+        )
+    waiting = f.make_job(personas.team, it, 8, requested_duration=60)
+    estimates = estimated_starts(build_snapshot(now), now)
+    assert abs((estimates[waiting.pk] - (now + timedelta(seconds=1800))).total_seconds()) < 0.01
+
+
 # --- Estimates agree with positions ----------------------------------------------------------------
 PRIORITY_CLASSES = (engine.PriorityClass("low", 0), engine.PriorityClass("high", 10))
 TYPES = ("p5", "g6")

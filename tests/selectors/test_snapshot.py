@@ -115,3 +115,41 @@ def test_running_and_pending_jobs_with_ids_seq_and_unix_times(personas: Personas
         preemptions=2,
         last_preempted_at=submitted.timestamp(),
     )
+
+
+def test_minimum_runtimes_and_checkpoints_map_to_the_engines_fields(personas: Personas) -> None:
+    """docs/preemption.md section 7: the policy's and each class's minimum runtime (none: the
+    policy's), and each job's checkpoint interval and the progress it kept."""
+    ClusterPolicy.objects.update(min_runtime_s=600)
+    personas.priority_classes["inference"].min_runtime_s = 60
+    personas.priority_classes["inference"].save()
+    with_checkpoints = f.make_job(
+        personas.team, personas.instance_type, 1, checkpoint_interval_s=1800, progress_kept_s=900.0
+    )
+    without = f.make_job(personas.team, personas.instance_type, 1)
+
+    snapshot = build_snapshot(NOW)
+
+    assert snapshot.policy.min_runtime_s == 600
+    classes = {pc.name: pc.min_runtime_s for pc in snapshot.policy.priority_classes}
+    assert classes["inference"] == 60 and classes["training"] is None
+    jobs = {job.id: job for job in snapshot.jobs}
+    assert (
+        jobs[job_id(with_checkpoints.pk)].checkpoint_interval_s,
+        jobs[job_id(with_checkpoints.pk)].progress_kept_s,
+    ) == (
+        1800,
+        900,
+    )
+    assert (jobs[job_id(without.pk)].checkpoint_interval_s, jobs[job_id(without.pk)].progress_kept_s) == (
+        None,
+        0,
+    )
+
+
+def test_with_every_new_setting_at_its_default_the_snapshot_is_todays(personas: Personas) -> None:
+    f.make_job(personas.team, personas.instance_type, 1)
+    snapshot = build_snapshot(NOW)
+    assert snapshot.policy.min_runtime_s == engine.ClusterPolicy().min_runtime_s
+    assert all(pc.min_runtime_s is None for pc in snapshot.policy.priority_classes)
+    assert all((job.checkpoint_interval_s, job.progress_kept_s) == (None, 0) for job in snapshot.jobs)

@@ -280,3 +280,35 @@ def test_the_can_ever_fit_check_at_submission_reads_no_job(personas):
             priority_class=None,
             now=timezone.now(),
         )
+
+
+# --- Checkpoints (docs/preemption.md section 2) ---------------------------------------------------
+def test_a_job_declares_its_checkpoint_interval_and_starts_with_nothing_lost(personas):
+    job = submit(personas, checkpoint_interval_s=1800)
+    assert (job.checkpoint_interval_s, job.progress_kept_s, job.lost_gpu_seconds) == (1800, 0, 0)
+
+
+@pytest.mark.parametrize("value", [0, -1, 90 * 24 * 3600 + 1, 2.5, "60", True])
+def test_a_bad_checkpoint_interval_is_refused_naming_the_field_and_value(personas, value):
+    with pytest.raises(ValidationError) as refused:
+        submit(personas, checkpoint_interval_s=value)
+    (message,) = refused.value.message_dict["checkpoint_interval_s"]
+    assert f"(got {value!r})" in message
+    assert not Job.objects.exists()
+
+
+def test_a_resubmit_keeps_the_checkpoint_interval_but_not_what_preemptions_cost(personas):
+    old = f.make_job(
+        personas.team,
+        personas.instance_type,
+        2,
+        state=JobState.FAILED,
+        command="python x.py",
+        checkpoint_interval_s=600,
+        progress_kept_s=1200.0,
+        lost_gpu_seconds=300.0,
+    )
+    new, _ = services.job_resubmit(user=personas.member, job=old, idempotency_key="k-1")
+    assert (new.checkpoint_interval_s, new.progress_kept_s, new.lost_gpu_seconds) == (600, 0, 0)
+    again, created = services.job_resubmit(user=personas.member, job=old, idempotency_key="k-1")
+    assert (again.pk, created) == (new.pk, False)

@@ -262,7 +262,66 @@ CORPUS = [
     ("bad-horizon", scenario(horizon="-1"), "horizon: must be a number of seconds >= 0, got -1"),
     ("expect-unknown-job", scenario(expect="{running: [j7]}"), "expect.running[0]: unknown job, got 'j7'"),
     ("expect-bad-code", scenario(expect="{pending: {j1: stuck}}"), "expect.pending.j1: must be one of"),
+    # docs/preemption.md 7: the settings of preemption cost.
+    (
+        "negative-min-runtime",
+        scenario(policy="{min_runtime_s: -5}"),
+        "policy.min_runtime_s: must be a number of seconds >= 0, got -5",
+    ),
+    (
+        "text-min-runtime",
+        scenario(policy="{min_runtime_s: 10min}"),
+        "policy.min_runtime_s: must be a number of seconds >= 0, got '10min'",
+    ),
+    (
+        "min-runtime-over-a-day",
+        scenario(policy="{min_runtime_s: 100000}"),
+        "policy.min_runtime_s: must be at most 86,400 seconds (a day), got 100000",
+    ),
+    (
+        "grace-not-carried-out",
+        scenario(policy="{preemption_grace_s: 30}"),
+        "policy.preemption_grace_s: must be 0: grace is not carried out yet, docs/preemption.md section 5, got 30",
+    ),
+    (
+        "class-grace-not-carried-out",
+        scenario(policy="{priority_classes: [{name: high, weight: 10, preemption_grace_s: 5}]}"),
+        "policy.priority_classes[0].preemption_grace_s: must be 0: grace is not carried out yet",
+    ),
+    (
+        "class-negative-min-runtime",
+        scenario(policy="{priority_classes: [{name: high, weight: 10, min_runtime_s: -1}]}"),
+        "policy.priority_classes[0].min_runtime_s: must be a number of seconds >= 0, got -1",
+    ),
+    (
+        "negative-checkpoint-interval",
+        scenario(jobs="[{id: j1, team: team-a, gpus: 2, checkpoint_interval_s: -60}]"),
+        "jobs[0].checkpoint_interval_s: must be a number of seconds >= 0, got -60",
+    ),
+    (
+        "update-policy-grace",
+        scenario(events="[{at: 10, update_policy: {preemption_grace_s: 1}}]"),
+        "events[0].update_policy.preemption_grace_s: must be 0",
+    ),
 ]
+
+
+def test_the_settings_of_preemption_cost_are_read() -> None:
+    """docs/preemption.md 7: a policy's and a class's minimum runtime, grace 0, a job's
+    checkpoint interval (0: none)."""
+    parsed = parse_scenario(
+        yaml.safe_load(
+            scenario(
+                policy="{min_runtime_s: 600, preemption_grace_s: 0, priority_classes: "
+                "[{name: high, weight: 10, min_runtime_s: 0}, {name: low, weight: 1}]}",
+                jobs="[{id: j1, team: team-a, gpus: 2, checkpoint_interval_s: 1800}, "
+                "{id: j2, team: team-a, gpus: 2, checkpoint_interval_s: 0}]",
+            )
+        )
+    )
+    assert parsed.policy.min_runtime_s == 600
+    assert [(c.name, c.min_runtime_s) for c in parsed.policy.priority_classes] == [("high", 0), ("low", None)]
+    assert [j.checkpoint_interval_s for j in parsed.jobs] == [1800, None]
 
 
 @pytest.mark.parametrize(("text", "message"), [c[1:] for c in CORPUS], ids=[c[0] for c in CORPUS])

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django import forms
 from django.db.models import Model
 from django.forms import formsets, models
 from django.test import Client
@@ -38,16 +39,19 @@ def admin(personas) -> Client:
     return client
 
 
-def served_post(client: Client, url: str, **changes: str) -> dict[str, str]:
+def served_post(client: Client, url: str, **changes: str) -> dict[str, Any]:
     """The POST of the page's team form as served: the settings and every quota row unchanged
     (an unchanged row is the one Django skipped), plus ``changes``."""
     response = client.get(url)
     assert response.status_code == 200
     quotas = response.context["quotas"]
-    data: dict[str, str] = {}
+    data: dict[str, Any] = {}
     for form in [response.context["form"], quotas.management_form, *quotas.forms]:
         for field in form:
             value = field.value()
+            if isinstance(field.field, forms.MultipleChoiceField):  # as a browser: one value a choice
+                data[field.html_name] = [str(v.pk if isinstance(v, Model) else v) for v in value or ()]
+                continue
             if isinstance(value, bool):
                 if value:
                     data[field.html_name] = "on"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -192,3 +193,75 @@ def test_a_job_that_starts_and_is_preempted_between_two_plans_recorded_waits_on(
         "b": {"no-idle-capacity": 40.0},  # it waited on
         "c": {"no-idle-capacity": 10.0},
     }
+
+
+# --- What preemption cost (docs/preemption.md section 2) ----------------------------------------
+# A victim that had run less than this was preempted before it did much (docs/preemption.md 8).
+SHORT_RUN_S = 600.0
+
+
+def victim_runs(job: Any, running_since: float | None) -> list[float]:
+    """How long each of the job's runs cut short by a preemption had lasted, in seconds, one per
+    preemption, from its last start (before the replay's window for a job running at its start:
+    that work is lost too). Stops are paired with starts as ``job_times`` pairs them."""
+    stops = sorted(
+        [(p.at, True) for p in job.preempted]
+        + [(t, False) for t in job.evicted_at]
+        + ([(job.finished_at, False)] if job.finished_at is not None else [])
+        + ([(job.cancelled_at, False)] if job.cancelled_at is not None else [])
+    )
+    starts = ([running_since] if running_since is not None else []) + list(job.admitted_at)
+    ran: list[float] = []
+    s = 0
+    for start in starts:
+        while s < len(stops) and stops[s][0] < start:
+            s += 1
+        if s < len(stops) and stops[s][1]:
+            ran.append(stops[s][0] - start)
+        s += 1
+    return ran
+
+
+def test_a_victim_ran_from_its_last_start_to_its_preemption() -> None:
+    twice = job(
+        state="finished",
+        admitted_at=(160.0, 500.0, 700.0),
+        preempted=(PreemptionRecord(300.0, "reclaim", "9"), PreemptionRecord(600.0, "fair-share", "9")),
+        finished_at=900.0,
+    )
+    assert victim_runs(twice, None) == [140.0, 100.0]
+    # Running before the window: the run since its start before the window is lost too.
+    assert victim_runs(
+        job(state="pending", preempted=(PreemptionRecord(100.0, "reclaim", "9"),)), -500.0
+    ) == [600.0]
+    # Preempted and restarted at one instant, then finished: one victim run, not two.
+    again = job(
+        state="finished",
+        admitted_at=(100.0, 300.0),
+        preempted=(PreemptionRecord(300.0, "fair-share", "9"),),
+        finished_at=400.0,
+    )
+    assert victim_runs(again, None) == [200.0]
+    # A node lost under it is not a preemption.
+    assert victim_runs(job(state="pending", admitted_at=(100.0,), evicted_at=(200.0,)), None) == []
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_replays_figures_count_preemptions_per_job_and_the_share_of_short_victims(seed: int) -> None:
+    """On random replays: one victim run per preemption the simulator counts, paired here from
+    each job's starts and stops, and the lab shows the simulator's share of them under 10
+    minutes and its preemptions over the jobs."""
+    from allocations.whatif.figures import figures
+
+    scenario = parse_scenario(random_scenario(random.Random(seed)))
+    result = replay(scenario)
+    out, _ = figures(result, scenario, {})
+    since = {j.id: j.running_since for j in scenario.jobs if j.running_since is not None}
+    runs = [ran for j in result.jobs.values() for ran in victim_runs(j, since.get(j.id))]
+    cluster = out["cluster"]
+    assert len(runs) == cluster["preemptions"] and all(ran >= 0 for ran in runs)
+    assert cluster["preemptions_per_job"] == pytest.approx(
+        cluster["preemptions"] / len(result.jobs), abs=1e-4
+    )
+    short = sum(1 for ran in runs if ran < SHORT_RUN_S) / len(runs) if runs else 0.0
+    assert cluster["short_victims_share"] == pytest.approx(short, abs=1e-4)

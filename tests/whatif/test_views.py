@@ -284,6 +284,8 @@ def test_a_run_is_started_polled_and_exported(personas, admin, draft, week):
     page = admin.get(reverse("allocations:whatif_run", kwargs={"pk": run.pk})).content.decode()
     for text in (
         "GPU-hours idle while jobs waited",
+        "Preemptions per job",
+        "Victims that had run under 10 min",
         "Per priority class",
         "lend more",
         "Jobs whose wait changed most",
@@ -292,9 +294,16 @@ def test_a_run_is_started_polled_and_exported(personas, admin, draft, week):
     assert "churn-warning" not in page  # the week's policies are calm
     # A draft whose jobs keep preempting each other is pointed out, with its numbers.
     churning = WhatIfRun.objects.get(pk=run.pk)
-    churning.results["policies"][1]["cluster"].update(preemptions=400, starts=900, lost_gpu_hours=12.5)
+    churning.results["policies"][1]["cluster"].update(
+        preemptions=400, starts=900, lost_gpu_hours=12.5, preemptions_per_job=0.8, short_victims_share=0.625
+    )
+    # A result stored before these figures were: a dash, not a zero.
+    for key in ("preemptions_per_job", "short_victims_share"):
+        churning.results["policies"][0]["cluster"].pop(key, None)
     churning.save(update_fields=["results"])
     page = admin.get(reverse("allocations:whatif_run", kwargs={"pk": run.pk})).content.decode()
+    assert re.search(r"Preemptions per job</th><td[^>]*>\u2013</td><td[^>]*>0\.80</td>", page)
+    assert re.search(r"Victims that had run under 10 min</th><td[^>]*>\u2013</td><td[^>]*>62%</td>", page)
     assert 'id="churn-draft-' in page and 'id="churn-live"' not in page
     assert "preempted 400 times for 900 starts (44%)" in page and "12.5 GPU-hours of work were lost" in page
     exported = admin.get(scenario_url)

@@ -19,7 +19,9 @@ between borrowers by fair-share weight up to their borrow limits; the engine's o
    runs are cut short and wait again, each preempted by the next job to start on that type
    (of its own team for in-team, of another team otherwise). So the weekly reports, the
    dashboards and a what-if replay, which read jobs and events, see the load the capacity
-   history shows.
+   history shows. Each preempted event records how long the run lasted and the GPU-seconds it
+   lost (the demo's jobs have no checkpoints: the whole run), and the history counts them as
+   the live sampler does (``history.victim_cost``, ``history.RAN_FIELDS``).
 4. Pending reasons are sampled as ``reports.services`` samples them (every 5 minutes in the
    minute window, every step before it), from the history's pending jobs, with the reason the
    simplified allocator had for each team: under its quota (``waiting-for-quota``), held at
@@ -67,7 +69,7 @@ JOB_PREFIX = "backfill-"
 # The columns of the minute samples, in the order the rows below are written.
 TEAM_COLUMNS = list(history.TEAM_SUMS)
 CAPACITY_COLUMNS = list(history.CAPACITY_SUMS)
-FLOAT_SUMS = ("lent_gpu_minutes", "idle_quota_gpu_minutes")
+FLOAT_SUMS = ("lent_gpu_minutes", "idle_quota_gpu_minutes", "lost_gpu_seconds")
 # A preemption names as its preemptor a job that started on the type within this many seconds
 # (or by the next step, before the minute window), as the loop starts it in the same cycle.
 PREEMPTOR_WINDOW_S = 15 * 60
@@ -75,7 +77,17 @@ PREEMPTED_COLUMNS = tuple(history.PREEMPTION_FIELDS.values())
 REASON_COLUMNS = ["at", "team_id", "instance_type_id", "code", "jobs", "gpus", "minutes"]
 # The message of the event that cancels, at the history's end, a job it preempted.
 HISTORY_END = "The demo history ends here; its live part does not run this job."
-EVENT_COLUMNS = ["job_id", "kind", "at", "nodes", "reason", "preemptor_id", "message"]
+EVENT_COLUMNS = [
+    "job_id",
+    "kind",
+    "at",
+    "nodes",
+    "reason",
+    "preemptor_id",
+    "message",
+    "ran_s",
+    "lost_gpu_seconds",
+]
 
 
 def db_time(moment: datetime) -> Any:
@@ -105,6 +117,8 @@ class DemandEvent:
     kind: str
     reason: str = ""
     preemptor: DemandJob | None = None
+    ran_s: float | None = None  # of a preemption: how long the run it cut short lasted
+    lost_gpu_seconds: float | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -294,6 +308,8 @@ class Workload:
         self.open: dict[tuple[str, str], list[DemandJob]] = defaultdict(list)
         self.type_running: dict[str, int] = defaultdict(int)  # GPUs the demand's jobs hold
         self.done: list[tuple[tuple[str, str], DemandJob]] = []
+        # What the current step's preemptions cost, by (team, type): ``history.COST_FIELDS``.
+        self.costs: dict[tuple[str, str], dict[str, float]] = {}
         self.priority_ids = list(PriorityClass.objects.order_by("-weight").values_list("id", flat=True))
 
     def step(self, t: float, step_minutes: int) -> tuple[Any, dict[tuple[str, str], dict[str, int]]]:
@@ -301,6 +317,7 @@ class Workload:
         used: dict[tuple[str, str], int] = {}
         pending: dict[tuple[str, str], tuple[int, int]] = {}
         preempted: dict[tuple[str, str], dict[str, int]] = {}
+        self.costs = {}
         weights = {team.name: team.fair_share_weight for team in self.teams}
         for name in self.types:
             wants: dict[str, int] = {}
@@ -395,9 +412,15 @@ class Workload:
             del newest[: counts[reason]]
             counts[reason] = len(taken)
             for job in taken:
+                # No checkpoints in the demo: the whole run is lost.
+                ran = t - (job.start or t)
+                lost = job.gpus * ran
+                costs = self.costs.setdefault(key, dict.fromkeys(history.COST_FIELDS, 0.0))
+                costs["lost_gpu_seconds"] += lost
+                costs[history.RAN_FIELDS[history.ran_band(ran)][1]] += 1
                 job.start, job.preempted_at = None, t
                 self.type_running[name] -= job.gpus
-                preemption = DemandEvent(t, JobEventKind.PREEMPTED, reason)
+                preemption = DemandEvent(t, JobEventKind.PREEMPTED, reason, ran_s=ran, lost_gpu_seconds=lost)
                 job.events += [preemption, DemandEvent(t, JobEventKind.REQUEUED, reason)]
                 self.unnamed[name].append((key[0], preemption))
 
@@ -459,6 +482,7 @@ class Workload:
         d = self.demand.get((row.team, row.instance_type))
         job_gpus = d.job_gpus if d else 1
         counts = preempted.get((row.team, row.instance_type), {})
+        costs = self.costs.get((row.team, row.instance_type), {})
         return {
             "quota": row.quota,
             "used": row.used,
@@ -470,6 +494,7 @@ class Workload:
             "running_jobs": math.ceil(row.used / job_gpus),
             "pending_jobs": row.pending_jobs,
             **{column: counts.get(reason, 0) for reason, column in history.PREEMPTION_FIELDS.items()},
+            **{column: costs.get(column, 0) for column in history.COST_FIELDS},
         }
 
     @staticmethod
@@ -527,7 +552,7 @@ class Workload:
 
     @staticmethod
     def _team_values_columns() -> list[str]:
-        return [*TEAM_COLUMNS, *history.PREEMPTION_FIELDS.values()]
+        return [*TEAM_COLUMNS, *history.PREEMPTION_FIELDS.values(), *history.COST_FIELDS]
 
     def hour_rollups(self, start: datetime, end: datetime, step: int) -> int:
         """Step [start, end) every ``step`` minutes and write hour rollups directly, each step
@@ -535,6 +560,7 @@ class Workload:
         team_columns = [
             *history.TEAM_SUMS.values(),
             *history.PREEMPTION_FIELDS.values(),
+            *history.COST_FIELDS,
             "peak_used",
             "peak_pending_gpus",
         ]
@@ -555,7 +581,7 @@ class Workload:
                     acc = teams.setdefault((row.team, row.instance_type), dict.fromkeys(team_columns, 0.0))
                     for column, rollup in history.TEAM_SUMS.items():
                         acc[rollup] += v[column] * step
-                    for column in history.PREEMPTION_FIELDS.values():
+                    for column in [*history.PREEMPTION_FIELDS.values(), *history.COST_FIELDS]:
                         acc[column] += v[column]
                     acc["peak_used"] = max(acc["peak_used"], v["used"])
                     acc["peak_pending_gpus"] = max(acc["peak_pending_gpus"], v["pending_gpus"])
@@ -624,6 +650,7 @@ class Workload:
                     started_at=moment(started),
                     finished_at=moment(ended),
                     preemption_count=len(preemptions),
+                    lost_gpu_seconds=sum(e.lost_gpu_seconds or 0.0 for e in job.events),
                     last_preempted_at=moment(preemptions[-1]) if preemptions else None,
                 )
             )
@@ -642,7 +669,10 @@ class Workload:
                 by = pk.get(id(event.preemptor)) if event.preemptor is not None else None
                 message = HISTORY_END if event.kind == JobEventKind.CANCELLED else ""
                 events.append(
-                    (row.pk, event.kind, db_time(moment(event.at)), no_nodes, event.reason, by, message)
-                )
+                    (
+                        row.pk, event.kind, db_time(moment(event.at)), no_nodes, event.reason, by, message,
+                        event.ran_s, event.lost_gpu_seconds,
+                    )
+                )  # fmt: skip
         insert_rows(JobEvent, EVENT_COLUMNS, events)
         return len(jobs)

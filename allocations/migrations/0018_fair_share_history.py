@@ -15,7 +15,7 @@ def drafts_keep_the_history_off(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("allocations", "0015_team_submission_limits"),
+        ("allocations", "0017_lost_work_history"),
     ]
 
     operations = [

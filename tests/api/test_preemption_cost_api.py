@@ -1,0 +1,120 @@
+"""The API's side of preemption cost (docs/preemption.md): the minimum runtimes of the policy
+and of a class, a job's checkpoint interval, and what preemptions cost a job, read back; bad
+values answer 400 naming the field and the value; a grace above 0 is refused with its reason."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from allocations.models import AuditEntry, ClusterPolicy, Job, JobEvent, PriorityClass
+from tests import factories as f
+
+
+def client_for(user) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+def job_body(**overrides):
+    return {
+        "team": "team-a",
+        "name": "train",
+        "instance_type": "ml.p5.48xlarge",
+        "gpus": 4,
+        "command": "python train.py",
+        **overrides,
+    }
+
+
+def test_admin_sets_the_minimum_runtimes_and_they_are_audited(personas):
+    admin = client_for(personas.cluster_admin)
+    response = admin.patch("/api/v1/policy/", {"min_runtime_s": 600}, format="json")
+    assert response.status_code == 200, response.content
+    assert (response.json()["min_runtime_s"], response.json()["preemption_grace_s"]) == (600, 0)
+    response = admin.post(
+        "/api/v1/priority-classes/", {"name": "urgent", "weight": 99, "min_runtime_s": 60}, format="json"
+    )
+    assert response.status_code == 201, response.content
+    assert PriorityClass.objects.get(name="urgent").min_runtime_s == 60
+    assert ClusterPolicy.objects.get().min_runtime_s == 600
+    assert AuditEntry.objects.filter(field="min_runtime_s", new_value="600").exists()
+    assert AuditEntry.objects.filter(
+        object_type="priority class", new_value__contains="min_runtime_s: 60"
+    ).exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "method", "data", "field", "words"),
+    [
+        ("/api/v1/policy/", "patch", {"min_runtime_s": -1}, "min_runtime_s", ["-1"]),
+        ("/api/v1/policy/", "patch", {"min_runtime_s": "ten"}, "min_runtime_s", ["ten"]),
+        ("/api/v1/policy/", "patch", {"min_runtime_s": 10**8}, "min_runtime_s", [str(10**8)]),
+        (
+            "/api/v1/policy/",
+            "patch",
+            {"preemption_grace_s": 30},
+            "preemption_grace_s",
+            ["not carried out yet", "docs/preemption.md section 5", "only 0 is accepted; got 30"],
+        ),
+        (
+            "/api/v1/priority-classes/",
+            "post",
+            {"name": "urgent", "weight": 5, "min_runtime_s": -5},
+            "min_runtime_s",
+            ["-5"],
+        ),
+    ],
+)
+def test_bad_policy_values_answer_400_naming_the_field_and_value(personas, url, method, data, field, words):
+    before = AuditEntry.objects.count()
+    response = getattr(client_for(personas.cluster_admin), method)(url, data, format="json")
+    assert response.status_code == 400, response.content
+    errors = response.json()
+    assert field in errors, errors
+    text = " ".join(map(str, errors[field]))
+    for word in words:
+        assert word in text, (word, text)
+    assert AuditEntry.objects.count() == before
+    assert ClusterPolicy.objects.get().preemption_grace_s == 0
+
+
+def test_a_job_submitted_with_a_checkpoint_interval_shows_it_and_its_costs(personas):
+    response = client_for(personas.member).post(
+        "/api/v1/jobs/", job_body(checkpoint_interval_s=1800), format="json"
+    )
+    assert response.status_code == 201, response.content
+    data = response.json()
+    assert (data["checkpoint_interval_s"], data["progress_kept_s"], data["lost_gpu_seconds"]) == (1800, 0, 0)
+    assert Job.objects.get(pk=data["id"]).checkpoint_interval_s == 1800
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [(0, ["0"]), (-30, ["-30"]), ("often", ["often"]), (10**9, [str(10**9)])],
+)
+def test_a_bad_checkpoint_interval_answers_400_naming_it_and_the_value(personas, value, words):
+    response = client_for(personas.member).post(
+        "/api/v1/jobs/", job_body(checkpoint_interval_s=value), format="json"
+    )
+    assert response.status_code == 400, response.content
+    errors = response.json()
+    assert "checkpoint_interval_s" in errors, errors
+    text = " ".join(map(str, errors["checkpoint_interval_s"]))
+    for word in words:
+        assert word in text, (word, text)
+    assert not Job.objects.exists()
+
+
+def test_a_jobs_history_has_what_each_preemption_cost(personas):
+    job = f.make_job(personas.team, personas.instance_type, 4, lost_gpu_seconds=480.0, progress_kept_s=60.0)
+    JobEvent.objects.create(
+        job=job, kind="preempted", at=timezone.now(), reason="reclaim", ran_s=180.0, lost_gpu_seconds=480.0
+    )
+    client = client_for(personas.member)
+    events = client.get(f"/api/v1/jobs/{job.pk}/events/").json()
+    assert [(e["kind"], e["ran_s"], e["lost_gpu_seconds"]) for e in events] == [("preempted", 180.0, 480.0)]
+    data = client.get(f"/api/v1/jobs/{job.pk}/").json()
+    assert (data["progress_kept_s"], data["lost_gpu_seconds"]) == (60.0, 480.0)
