@@ -54,6 +54,15 @@ class ClusterPolicy(models.Model):
         default=True, help_text="Offer capacity in no team's quota to every team that may borrow."
     )
     queueing = models.CharField(max_length=32, choices=choices.QUEUEING_CHOICES, default="best-effort-fifo")
+    # Fairness over time (docs/fairness.md): 0 keeps the share of this instant alone.
+    fair_share_half_life_s = models.PositiveIntegerField(
+        default=0,
+        help_text="Seconds after which borrowing counts half in fair share; 0: only borrowing now counts.",
+    )
+    fair_share_history_percent = models.PositiveSmallIntegerField(
+        default=0,
+        help_text="How much of a team's fair share is its decayed borrowing (0-100); the rest is borrowing now.",
+    )
     min_runtime_s = models.PositiveIntegerField(
         default=0,
         help_text="Seconds a job runs after each start before it may be preempted (docs/preemption.md section 1)",
@@ -79,6 +88,10 @@ class ClusterPolicy(models.Model):
             models.CheckConstraint(
                 condition=Q(queueing__in=[c for c, _ in choices.QUEUEING_CHOICES]),
                 name="policy_queueing_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(fair_share_history_percent__lte=100),
+                name="policy_fair_share_history_percent_valid",
             ),
             models.CheckConstraint(condition=Q(min_runtime_s__gte=0), name="policy_min_runtime_non_negative"),
             models.CheckConstraint(condition=Q(preemption_grace_s=0), name="policy_preemption_grace_zero"),

@@ -26,6 +26,8 @@ CLUSTER_POLICY_FIELDS = (
     "task_ranking",
     "share_unallocated",
     "queueing",
+    "fair_share_half_life_s",
+    "fair_share_history_percent",
     "min_runtime_s",
     "preemption_grace_s",
 )

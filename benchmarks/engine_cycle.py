@@ -1,6 +1,6 @@
 """How long one allocation cycle takes, beside a floor measured in the same run.
 
-    .venv/bin/python benchmarks/engine_cycle.py [--quick] [--repeat N] [--storm] [--stepped]
+    .venv/bin/python benchmarks/engine_cycle.py [--quick] [--repeat N] [--storm] [--stepped] [--history]
 
 For each case (pending jobs, running jobs, teams, nodes) and both ``idle_allocation`` modes it
 builds a busy cluster (quotas summing to 90% of the capacity, the running jobs filling it, some
@@ -8,7 +8,9 @@ teams borrowing, three priority classes, a mix of reclaim settings) and times ``
 (best of ``--repeat``, each timing of the cycle followed by one of the floor, so that both
 see the machine in the same state: its speed drifts by tens of percent within seconds). The floor is the cheapest thing any cycle must do: sorting the pending
 jobs by their queue order key (POLICY.md 3.1). Peak memory is what ``tracemalloc`` sees allocated
-during one more, separate, cycle.
+during one more, separate, cycle. ``--history`` adds, after each fair-share case, the same
+cluster with fairness over time on (docs/fairness.md: every team with a borrowing lately): the
+history is one figure per team, so its cost cannot grow with the length of the history.
 """
 
 from __future__ import annotations
@@ -237,6 +239,11 @@ def main() -> None:
         action="store_true",
         help="also the 100k-job case settled one cycle a second (back-offs end before the timed cycle)",
     )
+    parser.add_argument(
+        "--history",
+        action="store_true",
+        help="also each fair-share case with fairness over time on (a half-life of a day, 50%%)",
+    )
     args = parser.parse_args()
     grid = [
         ("settled", 1_000, 1_000, 20, 200),
@@ -262,20 +269,32 @@ def main() -> None:
                 snapshot = build(pending, running, teams, nodes, mode)
             else:
                 snapshot = settled(pending, running, teams, nodes, mode, stepped=kind == "stepped")
-            plan = allocate(snapshot, 0.0)
-            cycle, base = best_of(
-                args.repeat, lambda s=snapshot: allocate(s, 0.0), lambda s=snapshot: floor(s)
-            )
-            tracemalloc.start()
-            allocate(snapshot, 0.0)
-            _, peak = tracemalloc.get_traced_memory()
-            tracemalloc.stop()
-            n_running = sum(1 for j in snapshot.jobs if j.nodes)
-            print(
-                f"{kind:<8} {pending:>8} {n_running:>8} {teams:>6} {nodes:>6} {mode.value:<22} {cycle:>8.3f} {base:>8.3f} "
-                f"{cycle / base:>6.1f} {len(plan.starts):>7} {len(plan.preemptions):>7} {peak / 2**20:>8.1f}",
-                flush=True,
-            )
+            variants = [(mode.value, snapshot)]
+            if args.history and mode == IdleAllocation.FAIR_SHARE:
+                variants.append(("fair-share+history", with_history(snapshot)))
+            for label, snap in variants:
+                plan = allocate(snap, 0.0)
+                cycle, base = best_of(args.repeat, lambda s=snap: allocate(s, 0.0), lambda s=snap: floor(s))
+                tracemalloc.start()
+                allocate(snap, 0.0)
+                _, peak = tracemalloc.get_traced_memory()
+                tracemalloc.stop()
+                n_running = sum(1 for j in snap.jobs if j.nodes)
+                print(
+                    f"{kind:<8} {pending:>8} {n_running:>8} {teams:>6} {nodes:>6} {label:<22} {cycle:>8.3f} {base:>8.3f} "
+                    f"{cycle / base:>6.1f} {len(plan.starts):>7} {len(plan.preemptions):>7} {peak / 2**20:>8.1f}",
+                    flush=True,
+                )
+
+
+def with_history(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with fairness over time on and every team some borrowing lately."""
+    rng = random.Random(11)
+    policy = dataclasses.replace(
+        snapshot.policy, fair_share_half_life_s=86400.0, fair_share_history_percent=50
+    )
+    history = {team.name: rng.uniform(0, 40) for team in snapshot.teams}
+    return dataclasses.replace(snapshot, policy=policy, borrowed_history=history)
 
 
 if __name__ == "__main__":

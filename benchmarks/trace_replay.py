@@ -1,4 +1,4 @@
-"""Replay the Philly MIX1 trace under five governance policies and compare them.
+"""Replay the Philly MIX1 trace under six governance policies and compare them.
 
     .venv/bin/python benchmarks/trace_replay.py [--trace ../shared/traces/philly-mix1.csv]
         [--policies silos,fcfs,...]
@@ -10,6 +10,8 @@ quotas add up to the cluster). Policies:
 - ``silos``: every team ``dont-lend``: nobody lends or borrows.
 - ``fcfs``: lend and borrow without limit, idle capacity first-come-first-serve.
 - ``fair-share``: the same, idle capacity by fair share (weights 1).
+- ``fair-share-history``: fair share counting each team's borrowing lately, decayed with a
+  half-life of a day, for half of its share (docs/fairness.md).
 - ``fair-share-priority``: fair share, and the trace's ``best_effort=1`` jobs in a low priority
   class (weight 0) under the others (weight 50).
 - ``pooled``: every quota 0 and unlimited borrowing, first-come-first-serve: one pool, the
@@ -42,7 +44,9 @@ TRACES = REPO.parent / "shared" / "traces"
 INSTANCE_TYPE = "philly.4gpu"
 GPUS_PER_NODE = 4
 NODES = 352
-POLICIES = ("silos", "fcfs", "fair-share", "fair-share-priority", "pooled")
+POLICIES = ("silos", "fcfs", "fair-share", "fair-share-history", "fair-share-priority", "pooled")
+# fair-share-history: fairness over time (docs/fairness.md), a half-life of a day at 50%.
+HISTORY = {"fair_share_half_life_s": 86400, "fair_share_history_percent": 50}
 
 
 def vc_quotas(path: Path) -> dict[str, int]:
@@ -80,6 +84,8 @@ def scenario_data(policy: str, trace: Path, quotas: dict[str, int]) -> dict[str,
             team["borrow_limit"] = "unlimited"
         teams.append(team)
     data["teams"] = teams
+    if policy == "fair-share-history":
+        data["policy"].update(HISTORY)
     if policy == "fair-share-priority":
         data["policy"]["priority_classes"] = [
             {"name": "normal", "weight": 50},

@@ -543,7 +543,9 @@ class BatchedCycle:
         rank: tuple[int, ...]
         if self.fair_share:
             extra = max(0, usage + g - tt.quota) - max(0, usage - tt.quota)
-            tier, value = share_key(team.borrowed + extra, team.unit, self.state.pool_total)
+            tier, value = share_key(
+                team.borrowed + extra, team.unit, self.state.pool_total, team.history, team.scale
+            )
             rank = (borrows, tier, value)
         else:
             rank = (borrows,)

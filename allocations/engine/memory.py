@@ -58,7 +58,9 @@ counters above.
    anything else (``max_running_gpus_per_member``: twins of two members differ), the twins
    past it share the failure, and each consumed twin is tested (``_Team.capped``);
 5. a ``Session`` rebuilds whenever ``snapshot.teams`` is another object, so a changed setting
-   never meets an old memory across cycles;
+   never meets an old memory across cycles (and whenever ``snapshot.borrowed_history``
+   differs: the history of fairness over time is fixed within a cycle and, like the weight,
+   enters only ``share_key``, so every fact that follows a team's borrowed GPUs follows it);
 6. a case in ``tests/engine/test_shortcuts.py``'s generator (``busy_cluster``) draws it, so the
    comparison with ``tests/engine/reference.py`` covers it.
 """

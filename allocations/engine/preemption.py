@@ -331,7 +331,7 @@ def _may_lose(state: CycleState, team: TeamState, mine: ShareKey) -> bool:
     ``team`` (borrowing there, share at least ``mine``): by rule B if its share is above, by rule
     A if it stays at least ``mine`` with one borrowed GPU less."""
     return not share_at_least(mine, team.share) or share_at_least(
-        share_key(team.borrowed - 1, team.unit, state.pool_total), mine
+        share_key(team.borrowed - 1, team.unit, state.pool_total, team.history, team.scale), mine
     )
 
 
@@ -452,7 +452,7 @@ class Trial:
         return placement.empty_gpus + self.emptied >= g
 
     def share(self, team: TeamState) -> ShareKey:
-        return share_key(self.borrowed_of(team), team.unit, self.state.pool_total)
+        return share_key(self.borrowed_of(team), team.unit, self.state.pool_total, team.history, team.scale)
 
     def share_with(self) -> ShareKey:
         """The preemptor's team's share once it runs."""
@@ -460,7 +460,10 @@ class Trial:
         tt = rec.tt
         usage = self.usage_of(tt)
         extra = max(0, usage + rec.gpus - tt.quota) - max(0, usage - tt.quota)
-        return share_key(self.borrowed_of(rec.team) + extra, rec.team.unit, self.state.pool_total)
+        team = rec.team
+        return share_key(
+            self.borrowed_of(team) + extra, team.unit, self.state.pool_total, team.history, team.scale
+        )
 
 
 def _unused_lendable(tt: TeamType, usage: int) -> int:
@@ -641,12 +644,14 @@ def _rule_a_room(state: CycleState, borrowed: int, team: TeamState, mine: ShareK
     """The most GPUs ``team`` (now borrowing ``borrowed``) can lose with ``mine`` still at most
     its share afterwards (rule A); -1 when even losing nothing leaves it below ``mine``. Shares
     fall as borrowed GPUs fall, so a binary search finds it."""
-    if not share_at_least(share_key(borrowed, team.unit, state.pool_total), mine):
+    if not share_at_least(share_key(borrowed, team.unit, state.pool_total, team.history, team.scale), mine):
         return -1
     lo, hi = 0, borrowed  # share after losing lo is >= mine
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if share_at_least(share_key(borrowed - mid, team.unit, state.pool_total), mine):
+        if share_at_least(
+            share_key(borrowed - mid, team.unit, state.pool_total, team.history, team.scale), mine
+        ):
             lo = mid
         else:
             hi = mid - 1
@@ -684,7 +689,9 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Search:
         # admission); own-team victims can lower the preemptor's share at most to ``floor``.
         usage_min = tt.usage - own_gpus
         extra = max(0, usage_min + rec.gpus - tt.quota) - max(0, tt.usage - tt.quota)
-        floor = share_key(own_team.borrowed + extra, own_team.unit, state.pool_total)
+        floor = share_key(
+            own_team.borrowed + extra, own_team.unit, state.pool_total, own_team.history, own_team.scale
+        )
     found = borrowers(state, rec.ts, _reclaim_threshold(rec))
     if not own and floor is not None and not found.any_share_at_least(state, own_team, floor):
         return NONE_AT_SHARE_BOUND  # no team with a share that high: no victim anywhere

@@ -48,11 +48,35 @@ def share_units(weights: Iterable[int]) -> dict[int, int]:
     return {w: scale // w if w > 0 else 0 for w in distinct}
 
 
-def share_key(borrowed: int, unit: int, pool_total: int) -> ShareKey:
+def share_key(borrowed: int, unit: int, pool_total: int, history: int = 0, scale: int = 1) -> ShareKey:
     """A comparable form of a team's share (POLICY.md 3.2): lower ranks first. ``unit``: the
-    team's weight's unit (``share_units``), 0 for a weight of 0."""
-    if borrowed <= 0 or pool_total <= 0:
+    team's weight's unit (``share_units``), 0 for a weight of 0. ``history`` and ``scale``: the
+    team's borrowing in the past and the weight of borrowing now (``history_terms``); the
+    defaults, 0 and 1, are the share of this instant alone."""
+    if pool_total <= 0:
+        return ZERO_SHARE
+    value = borrowed * scale + history if borrowed > 0 else history
+    if value <= 0:
         return ZERO_SHARE
     if unit <= 0:
-        return (1, borrowed)
-    return (0, borrowed * unit)
+        return (1, value)
+    return (0, value * unit)
+
+
+# Borrowed GPUs in the past are counted in millionths of a GPU, exactly.
+HISTORY_UNIT = 1_000_000
+
+
+def history_terms(policy: ClusterPolicy, borrowed_history: float) -> tuple[int, int]:
+    """``(history, scale)`` of ``share_key`` for a team whose decayed average of borrowed GPUs
+    is ``borrowed_history`` (docs/fairness.md): the share counts ``(100 - p)`` parts of the
+    GPUs borrowed now and ``p`` parts of that average, ``p`` the policy's
+    ``fair_share_history_percent``, as one exact integer. At ``p = 100`` borrowing now still
+    counts for one part in 10^8 per GPU, so that a share always grows with every GPU borrowed
+    (the preemption tests and their bounds rely on it). Off (``(0, 1)``) while the half-life
+    or the percentage is 0."""
+    percent = policy.fair_share_history_percent
+    if policy.fair_share_half_life_s <= 0 or percent <= 0:
+        return 0, 1
+    scale = (100 - percent) * HISTORY_UNIT if percent < 100 else 1
+    return percent * round(borrowed_history * HISTORY_UNIT), scale

@@ -116,6 +116,7 @@ class Session:
             or snapshot.nodes is not last.nodes
             or snapshot.teams is not last.teams
             or snapshot.policy is not last.policy
+            or snapshot.borrowed_history != last.borrowed_history
             or now < queues.now
         ):
             return False

@@ -135,6 +135,9 @@ class ClusterPolicy:
     share_unallocated: bool = True
     queueing: Queueing = Queueing.BEST_EFFORT_FIFO
     priority_classes: tuple[PriorityClass, ...] = ()
+    # Fairness over time (docs/fairness.md): 0 and 0 are the share of this instant alone.
+    fair_share_half_life_s: float = 0.0
+    fair_share_history_percent: int = 0
     # docs/preemption.md 1: a running job is no preemption candidate until it has run this
     # long since its last start (0: from its start, today's behaviour).
     min_runtime_s: float = 0.0
@@ -204,6 +207,9 @@ class Snapshot:
     jobs: Sequence[Job]
     serial: int | None = field(default=None, compare=False, repr=False)
     changes: JobChanges | None = field(default=None, compare=False, repr=False)
+    # Per team, its borrowed GPUs averaged over the past with weights halving every
+    # ``policy.fair_share_half_life_s`` (docs/fairness.md); a team not named has none.
+    borrowed_history: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from .placement import NodeShare, Placement
 
 if TYPE_CHECKING:
     from .preemption import Borrowers, Part
-from .ranking import ZERO_SHARE, ShareKey, priority_weights, share_key, share_units
+from .ranking import ZERO_SHARE, ShareKey, history_terms, priority_weights, share_key, share_units
 from .snapshot import (
     IdleAllocation,
     InstanceType,
@@ -220,7 +220,18 @@ class TypeState:
 class TeamState:
     """One team across instance types."""
 
-    __slots__ = ("borrowed", "index", "members", "per_type", "share", "team", "unit", "version")
+    __slots__ = (
+        "borrowed",
+        "history",
+        "index",
+        "members",
+        "per_type",
+        "scale",
+        "share",
+        "team",
+        "unit",
+        "version",
+    )
 
     def __init__(self, team: Team, index: int) -> None:
         self.team = team
@@ -232,6 +243,10 @@ class TeamState:
         self.per_type: dict[str, TeamType] = {}
         self.borrowed = 0  # sum over instance types of max(0, usage - quota)
         self.share = ZERO_SHARE  # share_key of ``borrowed``, kept with it (CycleState._change_usage)
+        # Its borrowing in the past and the weight of borrowing now (``ranking.history_terms``):
+        # fixed for the cycle, so its share still moves only with ``borrowed``.
+        self.history = 0
+        self.scale = 1
         self.version = 0  # bumped whenever its head's rank may have changed
 
 
@@ -447,6 +462,26 @@ class CycleState:
         units = share_units(t.team.fair_share_weight for t in self.team_list)
         for ts_team in self.team_list:
             ts_team.unit = units[ts_team.team.fair_share_weight]
+        self._build_history(snapshot)
+
+    def _build_history(self, snapshot: Snapshot) -> None:
+        """Each team's borrowing in the past (docs/fairness.md), checked."""
+        policy = snapshot.policy
+        half_life = policy.fair_share_half_life_s
+        if not half_life >= 0 or half_life == float("inf"):
+            raise ValueError(f"policy.fair_share_half_life_s: must be 0 or more, got {half_life!r}")
+        percent = policy.fair_share_history_percent
+        if not isinstance(percent, int) or not 0 <= percent <= 100:
+            raise ValueError(f"policy.fair_share_history_percent: must be 0..100, got {percent!r}")
+        for name, value in snapshot.borrowed_history.items():
+            if name not in self.teams:
+                raise ValueError(f"borrowed_history[{name!r}]: unknown team {name!r}")
+            if not 0 <= value < float("inf"):
+                raise ValueError(f"borrowed_history[{name!r}]: must be 0 or more, got {value!r}")
+        for ts_team in self.team_list:
+            ts_team.history, ts_team.scale = history_terms(
+                policy, snapshot.borrowed_history.get(ts_team.team.name, 0.0)
+            )
 
     def _check_jobs(
         self,
@@ -586,7 +621,7 @@ class CycleState:
         if borrowed:
             self.share_version += 1
             team.borrowed += borrowed
-            team.share = share_key(team.borrowed, team.unit, self.pool_total)
+            team.share = share_key(team.borrowed, team.unit, self.pool_total, team.history, team.scale)
         if (old > quota) != (new > quota):
             ts.touch(team.index)
             if new > quota:
@@ -772,7 +807,8 @@ class CycleState:
         """The share of the job's team once the job runs (POLICY.md 3.2 and 4)."""
         tt = rec.tt
         extra = max(0, tt.usage + rec.gpus - tt.quota) - max(0, tt.usage - tt.quota)
-        return share_key(rec.team.borrowed + extra, rec.team.unit, self.pool_total)
+        team = rec.team
+        return share_key(team.borrowed + extra, team.unit, self.pool_total, team.history, team.scale)
 
     # -- reasons (POLICY.md section 5, from step 4 on) ------------------------------------
     def reason(self, rec: JobRecord) -> PendingReason:

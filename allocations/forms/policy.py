@@ -447,6 +447,24 @@ class ClusterForm(PolicyForm):
 
 class ClusterPolicyForm(PolicyForm):
     rule = staticmethod(lambda values, current: rules.validate_cluster_policy(values))  # type: ignore[assignment]
+    fair_share_half_life_s = WholeNumberField(
+        label="Fair-share half-life",
+        unit="seconds",
+        low=0,
+        required=False,
+        help_text=(
+            "Fairness over time (docs/fairness.md): borrowing this many seconds ago counts half as "
+            "much as borrowing now. 0: only borrowing now counts."
+        ),
+    )
+    fair_share_history_percent = WholeNumberField(
+        label="Fair-share history percent",
+        low=0,
+        high=100,
+        required=False,
+        help_text="0 to 100: how much of a team's share is its borrowing lately; the rest is borrowing now.",
+    )
+
     # Both optional: empty is 0, today's behaviour, so a form posted without them (an older
     # page, a script) changes nothing about preemption.
     min_runtime_s = min_runtime_field(
@@ -463,6 +481,13 @@ class ClusterPolicyForm(PolicyForm):
         help_text="Not carried out yet: a victim is stopped at once, so only 0 is accepted "
         "(docs/preemption.md section 5)",
     )
+
+    # Empty is off, as a form posted before these fields existed means.
+    def clean_fair_share_half_life_s(self) -> int:
+        return self.cleaned_data.get("fair_share_half_life_s") or 0
+
+    def clean_fair_share_history_percent(self) -> int:
+        return self.cleaned_data.get("fair_share_history_percent") or 0
 
     class Meta:
         model = ClusterPolicy

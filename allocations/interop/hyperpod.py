@@ -30,7 +30,8 @@ Mapping (POLICY.md section 1 -> SageMaker's model):
 Not expressible, hence a warning: lend limits, reclaim, preempt-while-borrowing and its
 maximum priority, ``lower-or-newer-equal-priority``, ``task_ranking: first-come-first-serve``,
 ``queueing: strict-fifo``, more than 10 priority classes, instance types SageMaker does not know,
-and what a team may ask for (docs/limits.md), minimum runtimes (docs/preemption.md section 1).
+fairness over time (docs/fairness.md), what a team may ask for (docs/limits.md) and minimum
+runtimes (docs/preemption.md section 1).
 """
 
 from __future__ import annotations
@@ -170,6 +171,12 @@ def _scheduler_request(state: PolicyState, arn: str, warnings: list[str]) -> dic
         )
     if policy.queueing == "strict-fifo":
         warnings.append("queueing is strict-fifo: HyperPod has no strict FIFO queueing (it is best-effort).")
+    if policy.fair_share_half_life_s and policy.fair_share_history_percent:
+        warnings.append(
+            f"fair share counts borrowing over time (half-life {policy.fair_share_half_life_s} s, "
+            f"{policy.fair_share_history_percent}% history): HyperPod's fair share looks at this instant "
+            "only (docs/fairness.md)."
+        )
     cluster_name = state.cluster.name if state.cluster else "cluster"
     return {
         "Name": _entity_name(f"gpugov-{cluster_name}"),

@@ -14,7 +14,8 @@ settings map one to one:
 - a priority class -> a WorkloadPriorityClass whose value is the weight.
 
 GPUs are the resource ``nvidia.com/gpu``. What Kueue configures outside these objects (fair
-sharing is a setting of Kueue's controller) or cannot express (what a team may ask for,
+sharing is a setting of Kueue's controller, as is admission fair sharing, the nearest to
+fairness over time, docs/fairness.md) or cannot express (what a team may ask for,
 docs/limits.md; minimum runtimes, docs/preemption.md section 1) is a warning.
 """
 
@@ -250,6 +251,14 @@ def _policy_warnings(state: PolicyState, warnings: list[str]) -> None:
         warnings.append(
             "task_ranking is first-come-first-serve: Kueue always orders by priority; give workloads no "
             "priority class to rank them by creation time only."
+        )
+    if policy.fair_share_half_life_s and policy.fair_share_history_percent:
+        warnings.append(
+            f"fair share counts borrowing over time (half-life {policy.fair_share_half_life_s} s, "
+            f"{policy.fair_share_history_percent}% history): closest in Kueue is admission fair sharing "
+            f"(admissionFairSharing.usageHalfLifeTime: {policy.fair_share_half_life_s}s in the controller "
+            "configuration), which orders admission by decayed usage alone and does not enter preemption "
+            "(docs/fairness.md)."
         )
 
 

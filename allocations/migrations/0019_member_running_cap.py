@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('allocations', '0017_lost_work_history'),
+        ('allocations', '0018_fair_share_history'),
     ]
 
     operations = [

@@ -1,7 +1,8 @@
 """The engine's input, read from the database: ``build_snapshot(now)`` (POLICY.md section 3).
 
-The query count is constant (seven SELECTs for a cycle however many jobs, teams or nodes there are): the
-allocation loop runs it every few seconds on clusters with thousands of pending jobs.
+The query count is constant (seven SELECTs for a cycle however many jobs, teams or nodes there
+are, eight with fairness over time on): the allocation loop runs it every few seconds on
+clusters with thousands of pending jobs.
 Ids are ``str(pk)`` and ``Job.seq`` is the primary key, the "then id" tie-break of POLICY.md;
 times are Unix seconds.
 """
@@ -17,6 +18,7 @@ from allocations import engine
 from allocations.choices import ACTIVE_JOB_STATES, JobState, NodeState
 from allocations.models import ClusterPolicy, InstanceType, Job, Node, PriorityClass, Team, TeamQuota
 from allocations.policy_fields import ENGINE_TEAM_LIMITS, QUOTA_FIELDS, TEAM_SETTINGS, engine_team
+from allocations.selectors.fairness import borrowed_history, borrowed_lately
 
 
 def job_id(pk: int) -> str:
@@ -44,6 +46,8 @@ def _policy(priority_classes: tuple[engine.PriorityClass, ...]) -> engine.Cluste
         share_unallocated=row.share_unallocated,
         queueing=engine.Queueing(row.queueing),
         priority_classes=priority_classes,
+        fair_share_half_life_s=float(row.fair_share_half_life_s),
+        fair_share_history_percent=row.fair_share_history_percent,
         min_runtime_s=float(row.min_runtime_s),
     )
 
@@ -92,9 +96,9 @@ def policy_snapshot() -> engine.Snapshot:
 
 def build_snapshot(now: datetime) -> engine.Snapshot:
     """Everything one cycle decides from: ``policy_snapshot()`` and the running and pending
-    jobs (jobs on a draining node keep running there). ``now`` is accepted so that callers pass
-    the cycle's clock explicitly; the snapshot itself holds no "now"."""
-    del now  # the snapshot is a picture of the rows; the engine gets `now` separately
+    jobs (jobs on a draining node keep running there), and, with fairness over time on, each
+    team's borrowing lately (one more SELECT, ``selectors/fairness.py``). ``now`` is the
+    cycle's clock, which the history is decayed to; the engine gets it separately."""
     jobs = tuple(
         engine.Job(
             id=job_id(row["pk"]),
@@ -141,4 +145,11 @@ def build_snapshot(now: datetime) -> engine.Snapshot:
             "progress_kept_s",
         )
     )
-    return replace(policy_snapshot(), jobs=jobs)
+    snapshot = policy_snapshot()
+    policy = snapshot.policy
+    if policy.fair_share_half_life_s > 0 and policy.fair_share_history_percent > 0:
+        half_life = policy.fair_share_half_life_s
+        history = borrowed_history(borrowed_lately(now, half_life), half_life)
+        known = {team.name for team in snapshot.teams}  # a team deleted since has no say
+        return replace(snapshot, jobs=jobs, borrowed_history={k: v for k, v in history.items() if k in known})
+    return replace(snapshot, jobs=jobs)

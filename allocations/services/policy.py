@@ -375,11 +375,30 @@ def validate_cluster_policy(values: Mapping[str, Any]) -> None:
             "share_unallocated",
             f"Share unallocated must be true or false; got {values.get('share_unallocated')!r}.",
         )
+    # Fairness over time (docs/fairness.md); a year is far beyond any usage history kept.
+    errors.whole_number(
+        "fair_share_half_life_s",
+        values.get("fair_share_half_life_s", 0),
+        0,
+        MAX_FAIR_SHARE_HALF_LIFE_S,
+        "Fair-share half-life",
+        "seconds",
+    )
+    errors.whole_number(
+        "fair_share_history_percent",
+        values.get("fair_share_history_percent", 0),
+        0,
+        100,
+        "Fair-share history percent",
+    )
     errors.whole_number(
         "min_runtime_s", values.get("min_runtime_s", 0), 0, MAX_MIN_RUNTIME_S, "Minimum runtime", "seconds"
     )
     check_preemption_grace(errors.add, values.get("preemption_grace_s", 0))
     errors.raise_if_any()
+
+
+MAX_FAIR_SHARE_HALF_LIFE_S = 365 * 24 * 3600
 
 
 def check_preemption_grace(add: Callable[[str, str], None], value: Any) -> None:

@@ -119,6 +119,8 @@ POLICY_KEYS = (
     "share_unallocated",
     "queueing",
     "priority_classes",
+    "fair_share_half_life_s",
+    "fair_share_history_percent",
     "min_runtime_s",
     "preemption_grace_s",
 )
@@ -147,8 +149,15 @@ _POLICY_READERS: dict[str, SettingReader] = {
     "task_ranking": _choice(TaskRanking),
     "share_unallocated": Reader.boolean,
     "queueing": _choice(Queueing),
+    # Fairness over time (docs/fairness.md); the engine takes seconds as a float.
+    "fair_share_half_life_s": lambda r, value, path: _float(r.number(value, path, minimum=0)),
+    "fair_share_history_percent": lambda r, value, path: r.whole(value, path, 0, 100),
     "min_runtime_s": _min_runtime,
 }
+
+
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def read_policy(r: Reader, raw: object, path: str, base: ClusterPolicy) -> ClusterPolicy:

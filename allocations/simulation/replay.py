@@ -58,6 +58,9 @@ COLLECT_AFTER_EVENTS = 16
 # Jobs submitted at one time from which their engine ``Job``s are made by ``build_many``:
 # below, its setup per field costs more than it saves.
 BUILD_MANY_FROM = 16
+# Seconds between two refreshes of the borrowing lately that snapshots carry (docs/fairness.md):
+# the loop's history has one sample a minute.
+HISTORY_STEP = 60.0
 # docs/preemption.md 8: a victim that had run less than this is counted as a short run.
 SHORT_RUN_S = 600.0
 
@@ -350,6 +353,11 @@ class Replay:
         # figure, in the order of ``_summed_names`` (an instant adds four lists, not 200 items).
         self._summed_names: tuple[str, ...] = ()
         self._summed: list[list[float]] = [[], [], [], []]
+        # Fairness over time (docs/fairness.md): per team, its borrowed GPU-seconds decayed with
+        # the policy's half-life up to ``last_time``, as the loop reads them off the history.
+        self.borrowed_lately: dict[str, float] = {}
+        self._history: tuple[float, Mapping[str, float]] = (-1.0, {})
+        self._history_policy: object = None
         self.capacity_seconds = 0.0
         self.allocated_seconds = 0.0
         self.idle_waiting_seconds = 0.0
@@ -642,6 +650,7 @@ class Replay:
             jobs=self.jobs_view,
             serial=self.serial,
             changes=changes,
+            borrowed_history=self._borrowed_history(),
         )
 
     def _settle(self, now: float) -> None:
@@ -799,7 +808,48 @@ class Replay:
         self.capacity_seconds += capacity * span
         self.allocated_seconds += allocated * span
         self.idle_waiting_seconds += idle_waiting * span
+        if self.policy.fair_share_half_life_s > 0:
+            self._decay(names, rates[1], span)
         self.last_time = to
+
+    def _decay(self, names: Sequence[str], borrowed: Sequence[float], span: float) -> None:
+        """Decay each team's borrowing lately over ``span`` seconds and add what it borrowed
+        meanwhile (at a constant rate b, ``b * h / ln 2 * (1 - 2 ** (-span / h))``)."""
+        half_life = self.policy.fair_share_half_life_s
+        factor = 0.5 ** (span / half_life)
+        gained = half_life / math.log(2) * (1 - factor)
+        lately = self.borrowed_lately
+        for name in lately:
+            lately[name] *= factor
+        for name, rate in zip(names, borrowed, strict=True):
+            if rate:
+                lately[name] = lately.get(name, 0.0) + rate * gained
+
+    def _borrowed_history(self) -> Mapping[str, float]:
+        """``Snapshot.borrowed_history`` at the current time: the decayed average of borrowed
+        GPUs of each team (``selectors/fairness.py`` reads the same from the loop's history).
+        Made again once a minute at most (``HISTORY_STEP``), as the loop's history is sampled:
+        the engine's session starts again whenever it changes, and a busy replay has several
+        instants a second."""
+        policy = self.policy
+        if policy.fair_share_half_life_s <= 0 or policy.fair_share_history_percent <= 0:
+            return {}
+        at, _ = self._history
+        if (
+            at < 0
+            or self.last_time < at
+            or self.last_time - at >= HISTORY_STEP
+            or self._history_policy is not policy
+        ):
+            self._history_policy = policy
+            scale = math.log(2) / policy.fair_share_half_life_s
+            history = {
+                name: seconds * scale
+                for name, seconds in self.borrowed_lately.items()
+                if seconds > 0 and name in self.teams
+            }
+            self._history = (self.last_time, history)
+        return self._history[1]
 
     def _flush_teams(self) -> None:
         """Bring ``team_seconds`` up to date with the running sums."""
@@ -963,6 +1013,7 @@ class Replay:
                 preemptions=self.team_preemptions.get(name, 0),
                 lost_gpu_hours=self.lost.get(name, 0.0) / 3600,
                 starts=len(waits),
+                borrowed_lately_gpu_hours=self.borrowed_lately.get(name, 0.0) / 3600,
             )
         preemptions = sum(self.team_preemptions.values())
         cluster = ClusterResult(

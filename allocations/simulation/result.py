@@ -50,6 +50,8 @@ class TeamResult:
     preemptions: int
     lost_gpu_hours: float
     starts: int = 0
+    # Its borrowed GPU-hours decayed with the policy's half-life, at the end (docs/fairness.md).
+    borrowed_lately_gpu_hours: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +141,7 @@ def _document(result: Result) -> dict[str, Any]:
             "preemptions": t.preemptions,
             "lost_gpu_hours": _num(t.lost_gpu_hours),
             "starts": t.starts,
+            "borrowed_lately_gpu_hours": _num(t.borrowed_lately_gpu_hours),
         }
         for name, t in result.teams.items()
     }

@@ -31,6 +31,7 @@ from allocations.models import InstanceType, Job, Membership, Node, PriorityClas
 from allocations.selectors import live as live_selectors
 from allocations.selectors import policy as selectors
 from allocations.selectors.estimates import job_estimates
+from allocations.selectors.fairness import team_borrowed_lately_now
 from allocations.selectors.jobs import QueuePlace, pending_positions, queue_place
 from allocations.selectors.snapshot import build_snapshot
 from allocations.services import memberships
@@ -244,6 +245,7 @@ def team_detail(request: HttpRequest, name: str) -> HttpResponse:
             "members": [(m, forms.MembershipRoleForm(instance=m, prefix=f"m{m.pk}")) for m in members],
             "member_form": forms.MembershipForm(team=team),
             "overview": [row for row in selectors.capacity_overview() if row.over_committed],
+            "borrowed_lately": team_borrowed_lately_now(team.name, timezone.now()),
         },
     )
 

@@ -29,6 +29,7 @@ from allocations.access import cluster_admin_required, get_visible_or_404, is_cl
 from allocations.charts import Chart
 from allocations.models import InstanceType, Team
 from allocations.selectors import history
+from allocations.selectors.fairness import team_borrowed_lately_now
 from allocations.selectors.history import RANGES, Window
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -237,6 +238,7 @@ def team_dashboard(request: HttpRequest, team: str, fmt: str = "html", chart: st
             "allocations:dashboard_team_csv", kwargs={"team": team_obj.name, "chart": key}
         ),
         team=team_obj,
+        borrowed_lately=team_borrowed_lately_now(team_obj.name, timezone.now()) if fmt == "html" else None,
     )
 
 

@@ -27,6 +27,7 @@ from allocations.models import Job, Membership, Team
 from allocations.selectors import jobs as job_selectors
 from allocations.selectors import live as live_selectors
 from allocations.selectors.estimates import job_estimates
+from allocations.selectors.fairness import team_borrowed_lately
 from allocations.selectors.snapshot import build_snapshot
 from allocations.services import jobs as job_services
 from allocations.services import memberships
@@ -82,6 +83,7 @@ def _queue_context(request: HttpRequest, team: Team) -> dict[str, Any]:
         },
         "live_interval": LIVE_INTERVAL_MS,
         "limits": job_selectors.limits_in_force(team, request.user),
+        "borrowed_lately": team_borrowed_lately(snapshot, team.name),
     }
 
 

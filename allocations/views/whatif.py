@@ -354,6 +354,8 @@ TEAM_FIGURES = [
     ("wait_p95_s", "p95 wait", _hours),
     ("gpu_hours", "GPU-hours used", _gpu_hours),
     ("borrowed_gpu_hours", "GPU-hours borrowed", _gpu_hours),
+    # Fairness over time (docs/fairness.md): 0 under a policy without a half-life.
+    ("borrowed_lately_gpu_hours", "GPU-hours borrowed lately (decayed, at the end)", _gpu_hours),
     ("lent_gpu_hours", "GPU-hours lent", _gpu_hours),
     ("preemptions", "Preemptions", lambda v: str(v or 0)),
     ("lost_gpu_hours", "GPU-hours lost", _gpu_hours),

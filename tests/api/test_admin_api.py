@@ -139,3 +139,31 @@ def test_team_settings_are_changed_by_cluster_admins_only(personas, persona, exp
     assert client.patch(f"/api/v1/quotas/{quota.pk}/", {"quota": 1}, format="json").status_code == expected
     assert Team.objects.get(name="team-a").fair_share_weight == 1
     assert TeamQuota.objects.get(pk=quota.pk).quota == 8
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "word"),
+    [
+        ({"fair_share_half_life_s": -1}, "fair_share_half_life_s", "-1"),
+        ({"fair_share_half_life_s": "soon"}, "fair_share_half_life_s", "soon"),
+        ({"fair_share_history_percent": 101}, "fair_share_history_percent", "101"),
+    ],
+)
+def test_bad_fairness_over_time_answers_400_naming_field_and_value(personas, data, field, word):
+    response = client_for(personas.cluster_admin).patch("/api/v1/policy/", data, format="json")
+    assert response.status_code == 400, response.content
+    assert word in " ".join(map(str, response.json()[field]))
+    assert ClusterPolicy.objects.get().fair_share_history_percent == 0
+
+
+def test_admin_turns_fairness_over_time_on(personas):
+    response = client_for(personas.cluster_admin).patch(
+        "/api/v1/policy/", {"fair_share_half_life_s": 86400, "fair_share_history_percent": 50}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    assert (response.json()["fair_share_half_life_s"], response.json()["fair_share_history_percent"]) == (
+        86400,
+        50,
+    )
+    audited = set(AuditEntry.objects.values_list("field", "new_value"))
+    assert {("fair_share_half_life_s", "86400"), ("fair_share_history_percent", "50")} <= audited

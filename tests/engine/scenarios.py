@@ -46,6 +46,8 @@ def policy_of(spec: Mapping[str, Any]) -> ClusterPolicy:
             PriorityClass(p["name"], p["weight"], p.get("min_runtime_s"))
             for p in spec.get("priority_classes", ())
         ),
+        fair_share_half_life_s=float(spec.get("fair_share_half_life_s", 0)),
+        fair_share_history_percent=spec.get("fair_share_history_percent", 0),
         min_runtime_s=float(spec.get("min_runtime_s", 0)),
     )
 
@@ -162,6 +164,8 @@ def build(spec: Mapping[str, Any]) -> Replay:
         teams=teams,
         policy=policy_of(spec.get("policy", {})),
         jobs=tuple(jobs),
+        # Per team, its decayed average of borrowed GPUs (docs/fairness.md), given as is.
+        borrowed_history={k: float(v) for k, v in spec.get("borrowed_history", {}).items()},
     )
     return Replay(snapshot=snapshot, durations=durations, submits=submits, started=started)
 

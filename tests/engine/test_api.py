@@ -25,7 +25,7 @@ from allocations.engine import (
     job_priority,
     never_fits,
 )
-from allocations.engine.ranking import share_key, share_units
+from allocations.engine.ranking import history_terms, share_key, share_units
 
 P5 = "ml.p5.48xlarge"
 POLICY = ClusterPolicy(priority_classes=(PriorityClass("inference", 100), PriorityClass("training", 50)))
@@ -188,6 +188,50 @@ def test_s3_2_share_keys_order_teams_as_the_exact_ratio_borrowed_over_weight(
             mine, theirs = share_key(b1, units[w1], 1), share_key(b2, units[w2], 1)
             assert (mine < theirs) == (exact(b1, w1) < exact(b2, w2))
             assert (mine == theirs) == (exact(b1, w1) == exact(b2, w2))
+
+
+HISTORY_POLICY = dataclasses.replace(POLICY, fair_share_half_life_s=3600.0, fair_share_history_percent=50)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"borrowed_history": {"ghost": 1.0}}, r"borrowed_history\['ghost'\]: unknown team 'ghost'"),
+        (
+            {"borrowed_history": {"team-a": -1.0}},
+            r"borrowed_history\['team-a'\]: must be 0 or more, got -1\.0",
+        ),
+        ({"borrowed_history": {"team-a": float("nan")}}, r"borrowed_history\['team-a'\]: must be 0 or more"),
+        (
+            {"policy": dataclasses.replace(HISTORY_POLICY, fair_share_history_percent=101)},
+            r"policy\.fair_share_history_percent: must be 0\.\.100, got 101",
+        ),
+        (
+            {"policy": dataclasses.replace(HISTORY_POLICY, fair_share_half_life_s=-5.0)},
+            r"policy\.fair_share_half_life_s: must be 0 or more, got -5\.0",
+        ),
+    ],
+)
+def test_allocate_rejects_bad_history_naming_field_and_value(
+    changes: dict[str, object], message: str
+) -> None:
+    fields: dict[str, object] = {"policy": HISTORY_POLICY, "jobs": (job(1),), **changes}
+    snapshot = dataclasses.replace(SNAPSHOT, **fields)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        allocate(snapshot, 0.0)
+
+
+def test_s3_2_history_counts_beside_borrowing_now_by_its_percentage() -> None:
+    """docs/fairness.md: at 25%, 4 GPUs borrowed now and none lately weigh 3, as 0 now and 12
+    lately do; at 100, history alone decides and each GPU now only breaks a tie."""
+    quarter = dataclasses.replace(HISTORY_POLICY, fair_share_history_percent=25)
+    a = share_key(4, 1, 10, *history_terms(quarter, 0.0))
+    b = share_key(0, 1, 10, *history_terms(quarter, 12.0))
+    assert a == b
+    whole = dataclasses.replace(HISTORY_POLICY, fair_share_history_percent=100)
+    assert share_key(50, 1, 10, *history_terms(whole, 1.0)) < share_key(0, 1, 10, *history_terms(whole, 1.5))
+    assert share_key(2, 1, 10, *history_terms(whole, 1.0)) > share_key(1, 1, 10, *history_terms(whole, 1.0))
+    assert history_terms(dataclasses.replace(whole, fair_share_half_life_s=0.0), 9.0) == (0, 1)
 
 
 def test_min_runtime_of_takes_the_class_override_else_the_policy() -> None:

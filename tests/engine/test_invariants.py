@@ -427,15 +427,30 @@ def settle_at(snap: Snapshot, now: float) -> tuple[list[tuple[str, str]], int]:
     ranking=st.sampled_from(list(TaskRanking)),
     queueing=st.sampled_from(list(Queueing)),
     share_unallocated=st.booleans(),
+    history_percent=st.sampled_from([0, 0, 50, 100]),
 )
 def test_no_preemption_ring_where_jobs_started_at_the_instant_are_candidates(
-    seed: int, idle: IdleAllocation, ranking: TaskRanking, queueing: Queueing, share_unallocated: bool
+    seed: int,
+    idle: IdleAllocation,
+    ranking: TaskRanking,
+    queueing: Queueing,
+    share_unallocated: bool,
+    history_percent: int,
 ) -> None:
     """Invariant 7 on busy clusters run to rest at one instant: jobs started in a cycle are
     candidates of that cycle's later searches, and a preemptor that would take one waits for
     the next cycle, where it does (``preemption.find_victims``). No plan preempts a job it
-    starts, and no ring forms however many cycles the instant takes."""
-    policy = ClusterPolicy(idle, ranking, share_unallocated, queueing, CLASSES)
+    starts, and no ring forms however many cycles the instant takes, with fairness over time
+    too (docs/fairness.md: the history is fixed for the instant)."""
+    policy = ClusterPolicy(
+        idle,
+        ranking,
+        share_unallocated,
+        queueing,
+        CLASSES,
+        fair_share_half_life_s=3600.0 if history_percent else 0.0,
+        fair_share_history_percent=history_percent,
+    )
     settle_at(busy_cluster(random.Random(seed), policy), 0.0)
 
 

@@ -340,6 +340,68 @@ CASES = [
         pending={"x1": "no-idle-capacity"},
     ),
     Case(
+        "s3_2_fair_share_history_ranks_the_bursty_team_first",
+        "docs/fairness.md: with the half-life on, b (idle lately) ranks before s, which borrowed "
+        "6 GPUs on average lately, though s's head was submitted first and would borrow as much",
+        {
+            **scenario(
+                pool(1, 4),
+                [
+                    team("o", 4),
+                    team("s", 0, borrow_limit="unlimited"),
+                    team("b", 0, borrow_limit="unlimited"),
+                ],
+                [pending("s1", "s", 4, submit=0), pending("b1", "b", 4, submit=10)],
+                fair_share_half_life_s=3600,
+                fair_share_history_percent=50,
+            ),
+            "borrowed_history": {"s": 6.0},
+        },
+        starts={"b1"},
+        pending={"s1": "no-idle-capacity"},
+    ),
+    Case(
+        "s3_2_fair_share_history_off_at_zero_percent",
+        "docs/fairness.md: the same cluster with the history weighted 0: shares are equal, and "
+        "the earlier submit time wins",
+        {
+            **scenario(
+                pool(1, 4),
+                [
+                    team("o", 4),
+                    team("s", 0, borrow_limit="unlimited"),
+                    team("b", 0, borrow_limit="unlimited"),
+                ],
+                [pending("s1", "s", 4, submit=0), pending("b1", "b", 4, submit=10)],
+                fair_share_half_life_s=3600,
+                fair_share_history_percent=0,
+            ),
+            "borrowed_history": {"s": 6.0},
+        },
+        starts={"s1"},
+        pending={"b1": "no-idle-capacity"},
+    ),
+    Case(
+        "s3_2_fair_share_history_off_without_half_life",
+        "docs/fairness.md: a half-life of 0 turns the history off whatever its weight",
+        {
+            **scenario(
+                pool(1, 4),
+                [
+                    team("o", 4),
+                    team("s", 0, borrow_limit="unlimited"),
+                    team("b", 0, borrow_limit="unlimited"),
+                ],
+                [pending("s1", "s", 4, submit=0), pending("b1", "b", 4, submit=10)],
+                fair_share_half_life_s=0,
+                fair_share_history_percent=50,
+            ),
+            "borrowed_history": {"s": 6.0},
+        },
+        starts={"s1"},
+        pending={"b1": "no-idle-capacity"},
+    ),
+    Case(
         "s3_2_fair_share_weight_zero_team_ranks_last",
         "a weight-0 team that borrows comes after every team of non-zero weight",
         scenario(
@@ -830,6 +892,51 @@ CASES = [
         starts={"o1", "x1", "x2", "y1", "y2"},
         preempted={"x4": ("fair-share", "y1"), "x3": ("fair-share", "y2")},
         pending={"y3": "no-idle-capacity", "x3": "no-idle-capacity", "x4": "no-idle-capacity"},
+    ),
+    Case(
+        "s4_fair_share_history_lets_a_bursty_team_reclaim",
+        "docs/fairness.md: x borrows 4 now, y would borrow 4 once y1 runs: equal shares now, so "
+        "neither rule lets y preempt without history; with x's 8 GPUs borrowed lately counted at "
+        "50%, x's share (6, then 4 after losing both jobs) stays at least y's (2), and rule A takes "
+        "x2 then x1",
+        {
+            **scenario(
+                pool(1, 8),
+                [
+                    team("o", 4),
+                    team("x", 0, borrow_limit="unlimited"),
+                    team("y", 0, borrow_limit="unlimited"),
+                ],
+                [
+                    running("x1", "x", 2, since=-50),
+                    running("x2", "x", 2, since=-40),
+                    running("o1", "o", 4),
+                    pending("y1", "y", 4),
+                ],
+                fair_share_half_life_s=3600,
+                fair_share_history_percent=50,
+            ),
+            "borrowed_history": {"x": 8.0},
+        },
+        starts={"y1"},
+        preempted={"x2": ("fair-share", "y1"), "x1": ("fair-share", "y1")},
+    ),
+    Case(
+        "s4_fair_share_without_history_no_reclaim_between_equal_shares",
+        "docs/fairness.md: the cluster above with the half-life off: x at 4 and y at 4 after "
+        "admission, neither rule lets y preempt",
+        scenario(
+            pool(1, 8),
+            [team("o", 4), team("x", 0, borrow_limit="unlimited"), team("y", 0, borrow_limit="unlimited")],
+            [
+                running("x1", "x", 2, since=-50),
+                running("x2", "x", 2, since=-40),
+                running("o1", "o", 4),
+                pending("y1", "y", 4),
+            ],
+        ),
+        starts=set(),
+        pending={"y1": "no-idle-capacity"},
     ),
     Case(
         "s4_fair_share_rule_b_when_rule_a_rejects",

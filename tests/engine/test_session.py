@@ -25,6 +25,7 @@ from allocations.engine.session import Session
 from allocations.simulation import parse_scenario, replay
 from allocations.simulation.scenario import team_name_from_trace
 
+from . import reference
 from .test_shortcuts import CLASSES, busy_cluster
 
 TYPES = [("big", 8), ("small", 4)]
@@ -324,3 +325,46 @@ def test_a_session_gives_the_engines_plans_on_the_start_of_the_philly_trace(
     replay(parse_scenario(data, name="philly-head"), allocate=both)
     assert both.cycles > 500
     assert both.session.rebuilds == 1
+
+
+def test_a_session_starts_again_when_the_borrowed_history_changes() -> None:
+    """docs/fairness.md: the history is fixed for a cycle but moves from one to the next; a
+    session's kept shares would be stale, so it starts again from the snapshot."""
+    policy = ClusterPolicy(
+        IdleAllocation.FAIR_SHARE,
+        priority_classes=CLASSES,
+        fair_share_half_life_s=600.0,
+        fair_share_history_percent=60,
+    )
+    snapshot = busy_cluster(random.Random(11), policy)
+    session = Session()
+    assert session(snapshot, 0.0) == allocate(snapshot, 0.0)
+    for step in range(1, 4):
+        history = {t.name: float(step * k) for k, t in enumerate(snapshot.teams)}
+        snapshot = dataclasses.replace(snapshot, borrowed_history=history)
+        assert session(snapshot, float(step)) == allocate(snapshot, float(step))
+    assert session.rebuilds == 4
+
+
+class WithReference(Both):
+    """``Both``, also compared with the plain cycle of ``tests/engine/reference.py``."""
+
+    def __call__(self, snapshot: Snapshot, now: float) -> Plan:
+        plan = super().__call__(snapshot, now)
+        assert plan == reference.allocate(snapshot, now), f"cycle {self.cycles - 1} at t={now}"
+        return plan
+
+
+# Long: each draw replays a random scenario through the session, the engine and the reference.
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), percent=st.sampled_from([40, 100]))
+def test_replays_with_fairness_over_time_give_the_reference_plans(seed: int, percent: int) -> None:
+    """docs/fairness.md: the replay's history moves at every instant; the session starts again
+    for it, and the cycle's shortcuts, fed shares with history, still give the plain cycle's
+    plans over whole replays."""
+    data = random_scenario(random.Random(seed))
+    data["policy"].update(
+        idle_allocation="fair-share", fair_share_half_life_s=120, fair_share_history_percent=percent
+    )
+    both = WithReference()
+    replay(parse_scenario(data, name="random"), allocate=both)

@@ -132,7 +132,11 @@ def busy_cluster(
         jobs = [replace(j, submitter=rng.choice((None, *MEMBERS, "ann"))) for j in jobs]
     if costs:
         policy, jobs = _with_costs(random.Random(rng.random()), policy, jobs)
-    return Snapshot(types, tuple(nodes), tuple(teams), policy, tuple(jobs))
+    history: dict[str, float] = {}
+    if policy.fair_share_half_life_s > 0:
+        # Drawn last, so that a cluster without history is the one it always was.
+        history = {t.name: rng.choice([0.0, 0.0, 1.0, 2.5, rng.uniform(0, 30)]) for t in teams}
+    return Snapshot(types, tuple(nodes), tuple(teams), policy, tuple(jobs), borrowed_history=history)
 
 
 def _with_costs(
@@ -161,11 +165,25 @@ def _with_costs(
     ranking=st.sampled_from(list(TaskRanking)),
     queueing=st.sampled_from(list(Queueing)),
     share_unallocated=st.booleans(),
+    history_percent=st.sampled_from([0, 0, 30, 70, 100]),
 )
 def test_shortcuts_and_batches_never_change_the_plan(
-    seed: int, idle: IdleAllocation, ranking: TaskRanking, queueing: Queueing, share_unallocated: bool
+    seed: int,
+    idle: IdleAllocation,
+    ranking: TaskRanking,
+    queueing: Queueing,
+    share_unallocated: bool,
+    history_percent: int,
 ) -> None:
-    policy = ClusterPolicy(idle, ranking, share_unallocated, queueing, CLASSES)
+    policy = ClusterPolicy(
+        idle,
+        ranking,
+        share_unallocated,
+        queueing,
+        CLASSES,
+        fair_share_half_life_s=3600.0 if history_percent else 0.0,
+        fair_share_history_percent=history_percent,
+    )
     snapshot = busy_cluster(random.Random(seed), policy)
     assert allocate(snapshot, 0.0) == reference.allocate(snapshot, 0.0)
 

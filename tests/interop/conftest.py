@@ -49,6 +49,7 @@ class RichPolicy:
             preempt_team_tasks="lower-or-newer-equal-priority",
         )
         Team.objects.filter(pk=self.serving.pk).update(preempt_while_borrowing_max_priority=40)
+        ClusterPolicy.objects.update(fair_share_half_life_s=86400, fair_share_history_percent=50)
         # A second percentage in one team: HyperPod has one per team.
         self.quota(self.serving, self.g5, quota=4, borrow_limit_percent=75)
         ClusterPolicy.objects.filter(cluster=self.cluster).update(

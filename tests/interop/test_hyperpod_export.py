@@ -103,6 +103,7 @@ def test_every_inexpressible_setting_is_a_warning(rich_policy):
         "interns / ml.g5.12xlarge: unlimited borrowing is approximated",
         "task_ranking is first-come-first-serve",
         "queueing is strict-fifo",
+        "half-life 86400 s, 50% history",
         "at most 10 priority classes",
         "extra-1 (1), extra-0 (0)",
         "ClusterArn is the placeholder",

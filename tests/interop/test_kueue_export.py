@@ -234,3 +234,11 @@ def test_an_instance_type_that_is_no_dns_name_is_reported(rich_policy):
 def test_a_clean_policy_exports_without_problems(rich_policy):
     rich_policy.add_inexpressible()
     assert kueue.export_manifests().problems == []
+
+
+def test_fairness_over_time_is_a_warning_naming_admission_fair_sharing(rich_policy):
+    assert not any("over time" in w for w in kueue.export_manifests().warnings)
+    rich_policy.add_inexpressible()
+    warnings = "\n".join(kueue.export_manifests().warnings)
+    assert "half-life 86400 s, 50% history" in warnings
+    assert "usageHalfLifeTime: 86400s" in warnings

@@ -216,6 +216,22 @@ CASES: list[tuple[Any, tuple[str, ...], Any, str, Any, str]] = [
         600,
         "600",
     ),
+    (
+        services.cluster_policy_update,
+        policy_fields.CLUSTER_POLICY_FIELDS,
+        _nothing,
+        "fair_share_half_life_s",
+        3600,
+        "3600",
+    ),
+    (
+        services.cluster_policy_update,
+        policy_fields.CLUSTER_POLICY_FIELDS,
+        _nothing,
+        "fair_share_history_percent",
+        50,
+        "50",
+    ),
 ]
 # Fields whose change needs another one set with it (a rule), audited in their own tests:
 # borrow_limit only counts with the absolute kind; backend_kind slurm needs its settings;
