@@ -15,6 +15,7 @@ if _build_path is not None:
 from . import cycle as _cycle  # noqa: E402 - after the build is on the path
 from .cost import last_checkpoint_s, lost_work_s, min_runtime_of  # noqa: E402
 from .cycle import allocate  # noqa: E402
+from .preemption import back_off_end  # noqa: E402
 from .ranking import job_priority  # noqa: E402
 from .snapshot import (  # noqa: E402
     ClusterPolicy,
@@ -70,6 +71,7 @@ __all__ = [
     "TaskRanking",
     "Team",
     "allocate",
+    "back_off_end",
     "job_priority",
     "last_checkpoint_s",
     "lost_work_s",

@@ -83,6 +83,8 @@ def _why_before(job: engine.Job, ahead: engine.Job, t: float, plan: engine.Plan)
     return f"it fits where #{ahead.id} ahead of it does not{code}"
 
 
+# Long: one simulated timeline whose state (the jobs, the clock, each job's first start and the
+# queues that say which job is ahead) lives across its numbered steps; split, it would travel.
 def forecast(
     snapshot: engine.Snapshot,
     now: float,
@@ -162,11 +164,19 @@ def forecast(
             for job in running
         ]
         backoffs = [
-            job.last_preempted_at + 2 ** (job.preemptions - 1)
+            end
             for job in jobs.values()
-            if not job.running and job.last_preempted_at is not None and job.preemptions
+            if not job.running
+            and (end := engine.back_off_end(job.preemptions, job.last_preempted_at)) is not None
         ]
-        upcoming = [moment for moment in (*ends, *backoffs) if moment > t]
+        # A running job protected by its minimum runtime becomes a possible victim when it has
+        # run it (docs/preemption.md section 4: the ETA of a job that waits on it uses it).
+        protections = [
+            job.started_at + protected
+            for job in running
+            if job.started_at is not None and (protected := engine.min_runtime_of(snapshot.policy, job)) > 0
+        ]
+        upcoming = [moment for moment in (*ends, *backoffs, *protections) if moment > t]
         finished = [job.id for job, end in zip(running, ends, strict=True) if end <= t]
         if finished:
             for job_id in finished:

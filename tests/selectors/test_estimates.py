@@ -70,6 +70,17 @@ def test_unknown_when_a_running_job_has_no_duration():
     assert forecast_starts(snap, 100.0, {"r1": None, "r2": 900.0, "p": 60.0}, allocate) == {"p": None}
 
 
+def test_a_job_that_waits_for_a_victims_minimum_runtime_starts_when_it_ends():
+    """docs/preemption.md section 4: b borrows team a's quota; a's job reclaims it as soon as
+    b's older job has run its minimum runtime (600 s from 0), not when b's jobs end."""
+    snap = replace(
+        snapshot(running("r1", "b", "n1", 0), running("r2", "b", "n2", 50), pending("p", "a", 8, 10)),
+        policy=engine.ClusterPolicy(min_runtime_s=600.0),
+    )
+    starts = forecast_starts(snap, 100.0, {"r1": 10_000.0, "r2": 10_000.0, "p": 60.0}, allocate)
+    assert starts == {"p": 600.0}
+
+
 def test_unknown_beyond_the_horizon():
     snap = snapshot(running("r1", "a", "n1", 0), running("r2", "b", "n2", 0), pending("p", "a", 8, 10))
     starts = forecast_starts(
