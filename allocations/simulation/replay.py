@@ -242,6 +242,8 @@ class SnapshotJobs(Sequence[Job]):
 class Replay:
     """One replay of ``scenario`` up to ``until`` (else its horizon, else the end rule)."""
 
+    # Long: it declares every field of the replay's state, each with the comment that says what
+    # it holds; the methods below read them, so the list is the replay's map.
     def __init__(
         self,
         scenario: Scenario,

@@ -119,6 +119,8 @@ JOB_KEYS = (
 )
 
 
+# Long: a job entry's keys are read in SCENARIO.md's order, each in a few lines with its own
+# path in the errors, as ``cluster.read_team`` reads a team's.
 def _read_job(
     r: Reader,
     raw: object,
