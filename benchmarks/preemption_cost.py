@@ -134,7 +134,7 @@ def marked_trace(trace: Path, out: Path) -> Path:
     return out
 
 
-def philly(trace: Path, vc_nodes: Path, tmp: Path) -> list[dict[str, Any]]:
+def philly(trace: Path, vc_nodes: Path, tmp: Path, settings: list[str]) -> list[dict[str, Any]]:
     import trace_replay
 
     quotas = trace_replay.vc_quotas(vc_nodes)
@@ -147,14 +147,14 @@ def philly(trace: Path, vc_nodes: Path, tmp: Path) -> list[dict[str, Any]]:
             data["jobs_csv"]["columns"]["checkpoint_interval_s"] = "checkpoint_interval_s"
         return parse_scenario(data, base_dir=source.parent, name=f"philly-{setting}")
 
-    return measure("philly-mix1 fair-share", build, SETTINGS)
+    return measure("philly-mix1 fair-share", build, settings)
 
 
 # -- the what-if history -----------------------------------------------------------------------
 
 
 def whatif_history(
-    jobs: int, teams: int, days: int, load: float, step: int, tmp: Path
+    jobs: int, teams: int, days: int, load: float, step: int, tmp: Path, settings: list[str]
 ) -> list[dict[str, Any]]:
     import whatif
 
@@ -169,7 +169,7 @@ def whatif_history(
     def build(setting: str) -> Any:
         return parse_scenario(with_costs(data, setting), keep_unfit=True, name=f"whatif-{setting}")
 
-    return measure(f"what-if {100 * load:.0f}%", build, SETTINGS)
+    return measure(f"what-if {100 * load:.0f}%", build, settings)
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -228,9 +228,14 @@ def main() -> int:
     parser.add_argument("--days", type=int, default=3)
     parser.add_argument("--load", type=float, default=0.85, help="GPU-hours asked as a share of capacity")
     parser.add_argument("--step", type=int, default=60, help="time resolution of the what-if scenario, s")
+    parser.add_argument("--settings", default=",".join(SETTINGS), help=f"of {', '.join(SETTINGS)}")
     parser.add_argument("--skip-trace", action="store_true")
     parser.add_argument("--skip-history", action="store_true")
     args = parser.parse_args()
+    settings = args.settings.split(",")
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        parser.error(f"--settings: unknown {', '.join(unknown)} (choose from {', '.join(SETTINGS)})")
     from allocations.engine import BUILD
 
     print(f"engine build: {BUILD} (GPUGOV_ENGINE=interpreted or compiled chooses)", file=sys.stderr)
@@ -244,9 +249,11 @@ def main() -> int:
                 file=sys.stderr,
             )
         else:
-            rows += philly(args.trace.resolve(), args.vc_nodes.resolve(), Path(tmp))
+            rows += philly(args.trace.resolve(), args.vc_nodes.resolve(), Path(tmp), settings)
         if not args.skip_history:
-            rows += whatif_history(args.jobs, args.teams, args.days, args.load, args.step, Path(tmp))
+            rows += whatif_history(
+                args.jobs, args.teams, args.days, args.load, args.step, Path(tmp), settings
+            )
     print(table(rows))
     print()
     for line in targets(rows, "inference"):

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
 
@@ -826,18 +826,36 @@ def min_runtime_reason(state: CycleState, rec: JobRecord) -> PendingReason | Non
     (``TypeState.touch``), what they could free (the type's ``version``) and the highest shares
     among them (``share_version``)."""
     ts = rec.ts
-    protected = ts.protected
-    if not protected:
+    if not ts.protected:
         return None
-    maxes: list[tuple[TeamType, int]] = []
-    for p in protected:
+    # Only jobs that could be its victims at all: its own team's of no higher priority (the
+    # search applies ``preempt_team_tasks``), and other teams' while they borrow there (a team
+    # not above its quota gives no job, and a search only lowers usage).
+    own, prio = rec.team, rec.priority
+    by_tt: dict[int, tuple[TeamType, list[JobRecord]]] = {}
+    for p in ts.protected:
         tt = p.tt
-        maxes.append((tt, tt.cand_max))
-        insort(tt.candidates, p, key=_victim_key)
-        tt.cand_gpus[p.priority] = tt.cand_gpus.get(p.priority, 0) + p.gpus
-        tt.cand_max = max(tt.cand_max, p.gpus)
+        if p.team is own:
+            if own.team.preempt_team_tasks == PreemptTeamTasks.NEVER or p.priority > prio:
+                continue
+        elif tt.usage <= tt.quota:
+            continue
+        by_tt.setdefault(id(tt), (tt, []))[1].append(p)
+    if not by_tt:
+        return None
+    # Each team's candidates there, with its protected jobs, as a new list; the old list and
+    # figures are put back afterwards.
+    saved: list[tuple[TeamType, list[JobRecord], dict[int, int], int, int]] = []
+    for tt, extra in by_tt.values():
+        saved.append((tt, tt.candidates, tt.cand_gpus, tt.cand_max, extra[0].team.index))
+        tt.candidates = sorted(tt.candidates + extra, key=_victim_key)
+        by_priority = dict(tt.cand_gpus)
+        for p in extra:
+            by_priority[p.priority] = by_priority.get(p.priority, 0) + p.gpus
+        tt.cand_gpus = by_priority
+        tt.cand_max = max(tt.cand_max, max(p.gpus for p in extra))
         tt.cand_version += 1
-        ts.touch(p.team.index)
+        ts.touch(extra[0].team.index)
     ts.version += 1
     state.share_version += 1
     try:
@@ -846,11 +864,10 @@ def min_runtime_reason(state: CycleState, rec: JobRecord) -> PendingReason | Non
             for victim, _ in victims:
                 state.restore(victim)
     finally:
-        for p in protected:
-            p.tt.drop_candidate(p)
-            ts.touch(p.team.index)
-        for tt, cand_max in reversed(maxes):
-            tt.cand_max = cand_max
+        for tt, candidates, cand_gpus, cand_max, team_index in saved:
+            tt.candidates, tt.cand_gpus, tt.cand_max = candidates, cand_gpus, cand_max
+            tt.cand_version += 1
+            ts.touch(team_index)
         ts.version += 1
         state.share_version += 1
     if victims is None:
