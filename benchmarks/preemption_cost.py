@@ -103,6 +103,10 @@ def measure(name: str, build: Callable[[str], Any], settings: Iterable[str]) -> 
                 "preemptions": c.preemptions,
                 "lost": c.lost_gpu_hours,
                 "utilization": c.utilization,
+                # Work redone after a preemption counts as allocated; useful = allocated - lost.
+                "useful": (c.allocated_gpu_hours - c.lost_gpu_hours) / c.capacity_gpu_hours
+                if c.capacity_gpu_hours
+                else 0.0,
                 "idle_waiting": c.idle_while_waiting_gpu_hours,
                 "short": c.short_victims_share,
                 "per_job": c.preemptions_per_job,
@@ -178,10 +182,11 @@ def whatif_history(
 def table(rows: list[dict[str, Any]]) -> str:
     classes = sorted({k for r in rows for k in r["waits"]})
     head = (
-        "| history | setting | preemptions | per job | lost GPU-h | utilization | idle while waiting GPU-h "
+        "| history | setting | preemptions | per job | lost GPU-h | utilization | useful utilization "
+        "| idle while waiting GPU-h "
         "| victims < 10 min | " + " | ".join(f"wait {c} mean / p95" for c in classes) + " |"
     )
-    lines = [head, "|---|---|" + "---:|" * (6 + len(classes))]
+    lines = [head, "|---|---|" + "---:|" * (7 + len(classes))]
     for r in rows:
         waits = " | ".join(
             f"{r['waits'][c][0] / 60:.1f} / {r['waits'][c][1] / 60:.1f} min" if c in r["waits"] else "-"
@@ -189,7 +194,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         )
         lines.append(
             f"| {r['history']} | {r['setting']} | {r['preemptions']:,} | {r['per_job']:.2f} | {r['lost']:,.1f} "
-            f"| {100 * r['utilization']:.1f}% | {r['idle_waiting']:,.1f} | {100 * r['short']:.0f}% | {waits} |"
+            f"| {100 * r['utilization']:.1f}% | {100 * r['useful']:.1f}% | {r['idle_waiting']:,.1f} | {100 * r['short']:.0f}% | {waits} |"
         )
     return "\n".join(lines)
 
@@ -207,9 +212,10 @@ def targets(rows: list[dict[str, Any]], top_class: str | None) -> list[str]:
             return f"{new[key] / today[key]:.2f}" if today[key] else "-"
 
         gap = 100 * (new["utilization"] - today["utilization"])
+        useful = 100 * (new["useful"] - today["useful"])
         line = (
             f"{name}: preemptions x{share('preemptions')}, lost GPU-h x{share('lost')} (target <= 0.25 each); "
-            f"utilization {gap:+.2f} points (target within 1)"
+            f"utilization {gap:+.2f} points (target within 1), useful utilization {useful:+.2f} points"
         )
         cls = top_class if top_class in today["waits"] else NO_CLASS
         if cls in today["waits"] and cls in new["waits"]:

@@ -828,34 +828,47 @@ def min_runtime_reason(state: CycleState, rec: JobRecord) -> PendingReason | Non
     ts = rec.ts
     if not ts.protected:
         return None
-    # Only jobs that could be its victims at all: its own team's of no higher priority (the
-    # search applies ``preempt_team_tasks``), and other teams' while they borrow there (a team
-    # not above its quota gives no job, and a search only lowers usage).
-    own, prio = rec.team, rec.priority
-    by_tt: dict[int, tuple[TeamType, list[JobRecord]]] = {}
-    for p in ts.protected:
-        tt = p.tt
-        if p.team is own:
-            if own.team.preempt_team_tasks == PreemptTeamTasks.NEVER or p.priority > prio:
-                continue
-        elif tt.usage <= tt.quota:
-            continue
-        by_tt.setdefault(id(tt), (tt, []))[1].append(p)
-    if not by_tt:
-        return None
-    # Each team's candidates there, with its protected jobs, as a new list; the old list and
-    # figures are put back afterwards.
+    # Each team's protected jobs there, grouped and sorted once while they stand; its list of
+    # candidates with them is kept while neither moves. Only teams that could lose a job to it
+    # take part: its own (the search applies ``preempt_team_tasks``), and other teams while they
+    # borrow there (a team not above its quota gives no job, and a search only lowers usage).
+    made, groups = ts.protected_groups
+    if made != ts.protected_version:
+        groups = {}
+        for p in ts.protected:
+            groups.setdefault(p.team.index, [p.tt, []])[1].append(p)
+        for group in groups.values():
+            extra = group[1]
+            extra.sort(key=_victim_key)
+            by_priority: dict[int, int] = {}
+            for p in extra:
+                by_priority[p.priority] = by_priority.get(p.priority, 0) + p.gpus
+            group += [by_priority, max(p.gpus for p in extra), -1, None, None]
+        ts.protected_groups = (ts.protected_version, groups)
+    own = rec.team
     saved: list[tuple[TeamType, list[JobRecord], dict[int, int], int, int]] = []
-    for tt, extra in by_tt.values():
-        saved.append((tt, tt.candidates, tt.cand_gpus, tt.cand_max, extra[0].team.index))
-        tt.candidates = sorted(tt.candidates + extra, key=_victim_key)
-        by_priority = dict(tt.cand_gpus)
-        for p in extra:
-            by_priority[p.priority] = by_priority.get(p.priority, 0) + p.gpus
-        tt.cand_gpus = by_priority
-        tt.cand_max = max(tt.cand_max, max(p.gpus for p in extra))
+    for index, group in groups.items():
+        tt: TeamType = group[0]
+        if index != own.index and tt.usage <= tt.quota:
+            continue
+        if own.team.preempt_team_tasks == PreemptTeamTasks.NEVER and index == own.index:
+            continue
+        saved.append((tt, tt.candidates, tt.cand_gpus, tt.cand_max, index))
+        if group[4] != tt.cand_version or group[5] is None:
+            merged = dict(tt.cand_gpus)
+            for priority, gpus in group[2].items():
+                merged[priority] = merged.get(priority, 0) + gpus
+            group[4], group[5], group[6] = (
+                tt.cand_version,
+                sorted(tt.candidates + group[1], key=_victim_key),
+                merged,
+            )
+        tt.candidates, tt.cand_gpus = group[5], group[6]
+        tt.cand_max = max(tt.cand_max, group[3])
         tt.cand_version += 1
-        ts.touch(extra[0].team.index)
+        ts.touch(index)
+    if not saved:
+        return None
     ts.version += 1
     state.share_version += 1
     try:
@@ -868,6 +881,8 @@ def min_runtime_reason(state: CycleState, rec: JobRecord) -> PendingReason | Non
             tt.candidates, tt.cand_gpus, tt.cand_max = candidates, cand_gpus, cand_max
             tt.cand_version += 1
             ts.touch(team_index)
+            # The merged list stays good while the team's candidates are as they were.
+            groups[team_index][4] = tt.cand_version
         ts.version += 1
         state.share_version += 1
     if victims is None:
