@@ -26,6 +26,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
+from typing import Any
 
 from .ranking import ShareKey, share_key
 from .snapshot import (
@@ -832,19 +833,7 @@ def min_runtime_reason(state: CycleState, rec: JobRecord) -> PendingReason | Non
     # candidates with them is kept while neither moves. Only teams that could lose a job to it
     # take part: its own (the search applies ``preempt_team_tasks``), and other teams while they
     # borrow there (a team not above its quota gives no job, and a search only lowers usage).
-    made, groups = ts.protected_groups
-    if made != ts.protected_version:
-        groups = {}
-        for p in ts.protected:
-            groups.setdefault(p.team.index, [p.tt, []])[1].append(p)
-        for group in groups.values():
-            extra = group[1]
-            extra.sort(key=_victim_key)
-            by_priority: dict[int, int] = {}
-            for p in extra:
-                by_priority[p.priority] = by_priority.get(p.priority, 0) + p.gpus
-            group += [by_priority, max(p.gpus for p in extra), -1, None, None]
-        ts.protected_groups = (ts.protected_version, groups)
+    groups = _protected_groups(ts)
     own = rec.team
     saved: list[tuple[TeamType, list[JobRecord], dict[int, int], int, int]] = []
     for index, group in groups.items():
@@ -887,6 +876,33 @@ def min_runtime_reason(state: CycleState, rec: JobRecord) -> PendingReason | Non
         state.share_version += 1
     if victims is None:
         return None
+    return _min_runtime_message(state, rec, victims)
+
+
+def _protected_groups(ts: TypeState) -> dict[int, Any]:
+    """The type's protected jobs by team index, as [its TeamType, its protected jobs sorted in
+    victim order, their GPUs by priority, their largest GPUs, and the team's candidates merged
+    with them: the ``cand_version`` they were merged at, the list, its GPUs by priority]; made
+    again when the protected jobs change (``TypeState.protected_version``)."""
+    made, groups = ts.protected_groups
+    if made != ts.protected_version:
+        groups = {}
+        for p in ts.protected:
+            groups.setdefault(p.team.index, [p.tt, []])[1].append(p)
+        for group in groups.values():
+            extra = group[1]
+            extra.sort(key=_victim_key)
+            by_priority: dict[int, int] = {}
+            for p in extra:
+                by_priority[p.priority] = by_priority.get(p.priority, 0) + p.gpus
+            group += [by_priority, max(p.gpus for p in extra), -1, None, None]
+        ts.protected_groups = (ts.protected_version, groups)
+    return groups
+
+
+def _min_runtime_message(state: CycleState, rec: JobRecord, victims: Victims) -> PendingReason | None:
+    """The ``min-runtime`` reason for the victims a search with the protected jobs found, or
+    None when none of them is protected."""
     now = state.now
     held = [v for v, _ in victims if v.protected_until > now]
     if not held:
