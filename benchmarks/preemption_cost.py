@@ -103,6 +103,10 @@ def measure(name: str, build: Callable[[str], Any], settings: Iterable[str]) -> 
                 "preemptions": c.preemptions,
                 "lost": c.lost_gpu_hours,
                 "utilization": c.utilization,
+                # Work redone after a preemption counts as allocated; useful = allocated - lost.
+                "useful": (c.allocated_gpu_hours - c.lost_gpu_hours) / c.capacity_gpu_hours
+                if c.capacity_gpu_hours
+                else 0.0,
                 "idle_waiting": c.idle_while_waiting_gpu_hours,
                 "short": c.short_victims_share,
                 "per_job": c.preemptions_per_job,
@@ -134,7 +138,7 @@ def marked_trace(trace: Path, out: Path) -> Path:
     return out
 
 
-def philly(trace: Path, vc_nodes: Path, tmp: Path) -> list[dict[str, Any]]:
+def philly(trace: Path, vc_nodes: Path, tmp: Path, settings: list[str]) -> list[dict[str, Any]]:
     import trace_replay
 
     quotas = trace_replay.vc_quotas(vc_nodes)
@@ -147,14 +151,14 @@ def philly(trace: Path, vc_nodes: Path, tmp: Path) -> list[dict[str, Any]]:
             data["jobs_csv"]["columns"]["checkpoint_interval_s"] = "checkpoint_interval_s"
         return parse_scenario(data, base_dir=source.parent, name=f"philly-{setting}")
 
-    return measure("philly-mix1 fair-share", build, SETTINGS)
+    return measure("philly-mix1 fair-share", build, settings)
 
 
 # -- the what-if history -----------------------------------------------------------------------
 
 
 def whatif_history(
-    jobs: int, teams: int, days: int, load: float, step: int, tmp: Path
+    jobs: int, teams: int, days: int, load: float, step: int, tmp: Path, settings: list[str]
 ) -> list[dict[str, Any]]:
     import whatif
 
@@ -169,7 +173,7 @@ def whatif_history(
     def build(setting: str) -> Any:
         return parse_scenario(with_costs(data, setting), keep_unfit=True, name=f"whatif-{setting}")
 
-    return measure(f"what-if {100 * load:.0f}%", build, SETTINGS)
+    return measure(f"what-if {100 * load:.0f}%", build, settings)
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -178,10 +182,11 @@ def whatif_history(
 def table(rows: list[dict[str, Any]]) -> str:
     classes = sorted({k for r in rows for k in r["waits"]})
     head = (
-        "| history | setting | preemptions | per job | lost GPU-h | utilization | idle while waiting GPU-h "
+        "| history | setting | preemptions | per job | lost GPU-h | utilization | useful utilization "
+        "| idle while waiting GPU-h "
         "| victims < 10 min | " + " | ".join(f"wait {c} mean / p95" for c in classes) + " |"
     )
-    lines = [head, "|---|---|" + "---:|" * (6 + len(classes))]
+    lines = [head, "|---|---|" + "---:|" * (7 + len(classes))]
     for r in rows:
         waits = " | ".join(
             f"{r['waits'][c][0] / 60:.1f} / {r['waits'][c][1] / 60:.1f} min" if c in r["waits"] else "-"
@@ -189,7 +194,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         )
         lines.append(
             f"| {r['history']} | {r['setting']} | {r['preemptions']:,} | {r['per_job']:.2f} | {r['lost']:,.1f} "
-            f"| {100 * r['utilization']:.1f}% | {r['idle_waiting']:,.1f} | {100 * r['short']:.0f}% | {waits} |"
+            f"| {100 * r['utilization']:.1f}% | {100 * r['useful']:.1f}% | {r['idle_waiting']:,.1f} | {100 * r['short']:.0f}% | {waits} |"
         )
     return "\n".join(lines)
 
@@ -207,9 +212,10 @@ def targets(rows: list[dict[str, Any]], top_class: str | None) -> list[str]:
             return f"{new[key] / today[key]:.2f}" if today[key] else "-"
 
         gap = 100 * (new["utilization"] - today["utilization"])
+        useful = 100 * (new["useful"] - today["useful"])
         line = (
             f"{name}: preemptions x{share('preemptions')}, lost GPU-h x{share('lost')} (target <= 0.25 each); "
-            f"utilization {gap:+.2f} points (target within 1)"
+            f"utilization {gap:+.2f} points (target within 1), useful utilization {useful:+.2f} points"
         )
         cls = top_class if top_class in today["waits"] else NO_CLASS
         if cls in today["waits"] and cls in new["waits"]:
@@ -228,9 +234,14 @@ def main() -> int:
     parser.add_argument("--days", type=int, default=3)
     parser.add_argument("--load", type=float, default=0.85, help="GPU-hours asked as a share of capacity")
     parser.add_argument("--step", type=int, default=60, help="time resolution of the what-if scenario, s")
+    parser.add_argument("--settings", default=",".join(SETTINGS), help=f"of {', '.join(SETTINGS)}")
     parser.add_argument("--skip-trace", action="store_true")
     parser.add_argument("--skip-history", action="store_true")
     args = parser.parse_args()
+    settings = args.settings.split(",")
+    unknown = sorted(set(settings) - set(SETTINGS))
+    if unknown:
+        parser.error(f"--settings: unknown {', '.join(unknown)} (choose from {', '.join(SETTINGS)})")
     from allocations.engine import BUILD
 
     print(f"engine build: {BUILD} (GPUGOV_ENGINE=interpreted or compiled chooses)", file=sys.stderr)
@@ -244,9 +255,11 @@ def main() -> int:
                 file=sys.stderr,
             )
         else:
-            rows += philly(args.trace.resolve(), args.vc_nodes.resolve(), Path(tmp))
+            rows += philly(args.trace.resolve(), args.vc_nodes.resolve(), Path(tmp), settings)
         if not args.skip_history:
-            rows += whatif_history(args.jobs, args.teams, args.days, args.load, args.step, Path(tmp))
+            rows += whatif_history(
+                args.jobs, args.teams, args.days, args.load, args.step, Path(tmp), settings
+            )
     print(table(rows))
     print()
     for line in targets(rows, "inference"):

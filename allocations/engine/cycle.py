@@ -426,6 +426,7 @@ class Queues:
         tt = rec.tt
         if rec.protected_until > float("-inf"):
             rec.ts.protected.remove(rec)
+            rec.ts.protected_version += 1
         else:
             tt.drop_candidate(rec)
         rec.ts.touch(rec.team.index)
@@ -459,6 +460,7 @@ class Queues:
                 insort(rec.tt.candidates, rec, key=_victim_key)
                 state.counted(rec)
             ts.protected = still
+            ts.protected_version += 1
         for team in state.team_list:
             for name, tt in team.per_type.items():
                 moved = False

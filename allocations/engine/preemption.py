@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from operator import attrgetter
+from typing import Any
 
 from .ranking import ShareKey, share_key
 from .snapshot import (
@@ -833,18 +834,37 @@ def min_runtime_reason(state: CycleState, rec: JobRecord) -> PendingReason | Non
     (``TypeState.touch``), what they could free (the type's ``version``) and the highest shares
     among them (``share_version``)."""
     ts = rec.ts
-    protected = ts.protected
-    if not protected:
+    if not ts.protected:
         return None
-    maxes: list[tuple[TeamType, int]] = []
-    for p in protected:
-        tt = p.tt
-        maxes.append((tt, tt.cand_max))
-        insort(tt.candidates, p, key=_victim_key)
-        tt.cand_gpus[p.priority] = tt.cand_gpus.get(p.priority, 0) + p.gpus
-        tt.cand_max = max(tt.cand_max, p.gpus)
+    # Each team's protected jobs there, grouped and sorted once while they stand; its list of
+    # candidates with them is kept while neither moves. Only teams that could lose a job to it
+    # take part: its own (the search applies ``preempt_team_tasks``), and other teams while they
+    # borrow there (a team not above its quota gives no job, and a search only lowers usage).
+    groups = _protected_groups(ts)
+    own = rec.team
+    saved: list[tuple[TeamType, list[JobRecord], dict[int, int], int, int]] = []
+    for index, group in groups.items():
+        tt: TeamType = group[0]
+        if index != own.index and tt.usage <= tt.quota:
+            continue
+        if own.team.preempt_team_tasks == PreemptTeamTasks.NEVER and index == own.index:
+            continue
+        saved.append((tt, tt.candidates, tt.cand_gpus, tt.cand_max, index))
+        if group[4] != tt.cand_version or group[5] is None:
+            merged = dict(tt.cand_gpus)
+            for priority, gpus in group[2].items():
+                merged[priority] = merged.get(priority, 0) + gpus
+            group[4], group[5], group[6] = (
+                tt.cand_version,
+                sorted(tt.candidates + group[1], key=_victim_key),
+                merged,
+            )
+        tt.candidates, tt.cand_gpus = group[5], group[6]
+        tt.cand_max = max(tt.cand_max, group[3])
         tt.cand_version += 1
-        ts.touch(p.team.index)
+        ts.touch(index)
+    if not saved:
+        return None
     ts.version += 1
     state.share_version += 1
     try:
@@ -853,15 +873,43 @@ def min_runtime_reason(state: CycleState, rec: JobRecord) -> PendingReason | Non
             for victim, _ in victims:
                 state.restore(victim)
     finally:
-        for p in protected:
-            p.tt.drop_candidate(p)
-            ts.touch(p.team.index)
-        for tt, cand_max in reversed(maxes):
-            tt.cand_max = cand_max
+        for tt, candidates, cand_gpus, cand_max, team_index in saved:
+            tt.candidates, tt.cand_gpus, tt.cand_max = candidates, cand_gpus, cand_max
+            tt.cand_version += 1
+            ts.touch(team_index)
+            # The merged list stays good while the team's candidates are as they were.
+            groups[team_index][4] = tt.cand_version
         ts.version += 1
         state.share_version += 1
     if victims is None:
         return None
+    return _min_runtime_message(state, rec, victims)
+
+
+def _protected_groups(ts: TypeState) -> dict[int, Any]:
+    """The type's protected jobs by team index, as [its TeamType, its protected jobs sorted in
+    victim order, their GPUs by priority, their largest GPUs, and the team's candidates merged
+    with them: the ``cand_version`` they were merged at, the list, its GPUs by priority]; made
+    again when the protected jobs change (``TypeState.protected_version``)."""
+    made, groups = ts.protected_groups
+    if made != ts.protected_version:
+        groups = {}
+        for p in ts.protected:
+            groups.setdefault(p.team.index, [p.tt, []])[1].append(p)
+        for group in groups.values():
+            extra = group[1]
+            extra.sort(key=_victim_key)
+            by_priority: dict[int, int] = {}
+            for p in extra:
+                by_priority[p.priority] = by_priority.get(p.priority, 0) + p.gpus
+            group += [by_priority, max(p.gpus for p in extra), -1, None, None]
+        ts.protected_groups = (ts.protected_version, groups)
+    return groups
+
+
+def _min_runtime_message(state: CycleState, rec: JobRecord, victims: Victims) -> PendingReason | None:
+    """The ``min-runtime`` reason for the victims a search with the protected jobs found, or
+    None when none of them is protected."""
     now = state.now
     held = [v for v, _ in victims if v.protected_until > now]
     if not held:

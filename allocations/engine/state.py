@@ -182,6 +182,8 @@ class TypeState:
         "pool",
         "pool_used",
         "protected",
+        "protected_groups",
+        "protected_version",
         "quota_sum",
         "running",
         "version",
@@ -200,6 +202,11 @@ class TypeState:
         self.running = 0  # GPUs of running jobs, on ready nodes or not
         # Running jobs protected by their minimum runtime, no candidates (docs/preemption.md 1).
         self.protected: list[JobRecord] = []
+        # Bumped whenever ``protected`` or their order changes; ``protected_groups`` holds them
+        # by team, sorted, with each team's list merged with its candidates
+        # (``preemption.min_runtime_reason``), made at that version.
+        self.protected_version = 0
+        self.protected_groups: tuple[int, dict[int, Any]] = (-1, {})
         self.borrowers: set[int] = set()  # indexes of the teams above their quota here
         # Bumped whenever ``borrowers`` or a team's preemption candidates here change: other
         # teams' candidate lists (``preemption.borrowers``) hold until it moves.
@@ -593,6 +600,7 @@ class CycleState:
         candidate of any search; it is kept aside for the pending reason ``min-runtime``
         (``preemption.min_runtime_reason``)."""
         rec.ts.protected.append(rec)
+        rec.ts.protected_version += 1
         self.timed = True
 
     def counted(self, rec: JobRecord) -> None:
@@ -738,6 +746,7 @@ class CycleState:
         self.remove(rec)
         if rec.protected_until > float("-inf"):
             rec.ts.protected.remove(rec)
+            rec.ts.protected_version += 1
             rec.protected_until = float("-inf")
         else:
             rec.tt.drop_candidate(rec)
