@@ -7,9 +7,13 @@ search (it is never preempted a second time)."""
 from __future__ import annotations
 
 import dataclasses
+import random
+
+import pytest
 
 from allocations.engine import (
     ClusterPolicy,
+    IdleAllocation,
     InstanceType,
     Job,
     Node,
@@ -22,6 +26,7 @@ from allocations.engine import (
 from allocations.engine.session import Session
 
 from . import reference
+from .test_shortcuts import CLASSES, busy_cluster
 
 T = "ml.t"
 POLICY = ClusterPolicy(priority_classes=(PriorityClass("low", 10), PriorityClass("high", 30)))
@@ -95,3 +100,38 @@ def test_a_session_follows_a_victim_that_starts_terminating_then_ends() -> None:
     assert [p.job_id for p in plans[0].preemptions] == ["b1"]
     assert plans[1].starts == plans[1].preemptions == ()
     assert [s.job_id for s in plans[3].starts] == ["a1"]
+
+
+def _signal_some(rng: random.Random, snapshot: Snapshot, now: float) -> Snapshot:
+    """Mark about a fifth of the running jobs terminating, as a caller with a grace does."""
+    jobs = tuple(
+        dataclasses.replace(j, terminating_since=now) if j.running and rng.random() < 0.2 else j
+        for j in snapshot.jobs
+    )
+    return dataclasses.replace(snapshot, jobs=jobs)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_clusters_with_terminating_jobs_keep_the_reference_plan(seed: int) -> None:
+    """docs/preemption.md 6: on busy clusters where some running jobs terminate, the cycle gives
+    the reference's plan, takes no terminating job, and a session kept over the signals and
+    the victims' ends gives ``allocate``'s plan at each step."""
+    rng = random.Random(seed)
+    idle = rng.choice(list(IdleAllocation))
+    snapshot = busy_cluster(rng, ClusterPolicy(idle, priority_classes=CLASSES), costs=seed % 2 == 0)
+    session = Session()
+    for step, now in enumerate((0.0, 0.0, 40.0, 40.0, 90.0)):
+        snapshot = _signal_some(rng, snapshot, now)
+        terminating = {j.id for j in snapshot.jobs if j.terminating_since is not None}
+        plan = session(snapshot, now)
+        assert plan == allocate(snapshot, now) == reference.allocate(snapshot, now), step
+        assert not terminating & {p.job_id for p in plan.preemptions}
+        # The terminating jobs end, as the caller finds them gone, and the plan is applied.
+        jobs = {j.id: j for j in snapshot.jobs if j.id not in terminating}
+        for p in plan.preemptions:
+            jobs[p.job_id] = dataclasses.replace(jobs[p.job_id], nodes=(), started_at=None)
+        for n, s in enumerate(plan.starts):
+            jobs[s.job_id] = dataclasses.replace(
+                jobs[s.job_id], nodes=s.nodes, started_at=now, start_seq=100 * step + n + 1
+            )
+        snapshot = dataclasses.replace(snapshot, jobs=tuple(jobs.values()))
