@@ -72,6 +72,10 @@ PENDING_CODE_WORDS: dict[str, str] = {
         "It could start by preempting jobs that have not yet run their minimum runtime: it starts "
         "when they have (docs/preemption.md section 1)."
     ),
+    PendingCode.PREEMPTING: (
+        "It preempted jobs that are stopping within their grace: their GPUs are kept for it, and "
+        "it starts when they have stopped (docs/preemption.md section 5)."
+    ),
 }
 PREEMPTION_REASON_CHOICES = _choices(PreemptionReason)
 

@@ -13,7 +13,7 @@ if _build_path is not None:
     __path__.insert(0, _build_path)
 
 from . import cycle as _cycle  # noqa: E402 - after the build is on the path
-from .cost import last_checkpoint_s, lost_work_s, min_runtime_of  # noqa: E402
+from .cost import last_checkpoint_s, lost_work_s, min_runtime_of, preemption_grace_of  # noqa: E402
 from .cycle import allocate  # noqa: E402
 from .preemption import back_off_end  # noqa: E402
 from .ranking import job_priority  # noqa: E402
@@ -77,4 +77,5 @@ __all__ = [
     "lost_work_s",
     "min_runtime_of",
     "never_fits",
+    "preemption_grace_of",
 ]

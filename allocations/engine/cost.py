@@ -30,6 +30,17 @@ def min_runtime_of(policy: ClusterPolicy, job: Job) -> float:
     return float(policy.min_runtime_s)
 
 
+def preemption_grace_of(policy: ClusterPolicy, job: Job) -> float:
+    """docs/preemption.md 5: how long ``job``, preempted, may take to stop once signalled
+    (seconds): its priority class's grace, else the policy's, as ``min_runtime_of``."""
+    if job.priority_class is not None:
+        for pc in policy.priority_classes:
+            if pc.name == job.priority_class:
+                own = pc.preemption_grace_s
+                return float(policy.preemption_grace_s if own is None else own)
+    return float(policy.preemption_grace_s)
+
+
 def _ran(job: Job, now: float) -> float:
     if job.started_at is None:
         return 0.0

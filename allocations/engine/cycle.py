@@ -411,7 +411,7 @@ class Queues:
         self.quiet_added = None
         rec = self.state.record(job)
         tt = rec.tt
-        if rec.protected_until == float("-inf"):
+        if rec.protected_until == float("-inf") and job.terminating_since is None:
             tt.candidates.pop()
             insort(tt.candidates, rec, key=_victim_key)
             tt.cand_version += 1
@@ -427,7 +427,7 @@ class Queues:
         if rec.protected_until > float("-inf"):
             rec.ts.protected.remove(rec)
             rec.ts.protected_version += 1
-        else:
+        elif rec.job.terminating_since is None:
             tt.drop_candidate(rec)
         rec.ts.touch(rec.team.index)
         if rec.gpus >= tt.cand_max:

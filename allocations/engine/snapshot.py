@@ -72,6 +72,9 @@ class PendingCode(StrEnum):
     FRAGMENTED = "fragmented"
     # docs/preemption.md 4: the victims it needs are protected only by their minimum runtime.
     MIN_RUNTIME = "min-runtime"
+    # docs/preemption.md 5: it preempted jobs that are stopping within their grace; their GPUs
+    # are its own once they have. The engine never gives it: the caller holds such a job back.
+    PREEMPTING = "preempting"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +129,8 @@ class PriorityClass:
     weight: int
     # docs/preemption.md 1: None takes the cluster policy's ``min_runtime_s``.
     min_runtime_s: float | None = None
+    # docs/preemption.md 5: None takes the cluster policy's ``preemption_grace_s``.
+    preemption_grace_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +146,9 @@ class ClusterPolicy:
     # docs/preemption.md 1: a running job is no preemption candidate until it has run this
     # long since its last start (0: from its start, today's behaviour).
     min_runtime_s: float = 0.0
+    # docs/preemption.md 5: how long a victim may take to stop once signalled (0: at once).
+    # No decision of the engine reads it; the simulator and the loop carry it out.
+    preemption_grace_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +182,10 @@ class Job:
     # the remaining duration; no decision reads it).
     checkpoint_interval_s: float | None = None
     progress_kept_s: float = 0.0
+    # docs/preemption.md 5: a running job signalled to stop (since then) for a preemptor, within
+    # its grace. Its GPUs stay counted and it is no candidate of any search: its preemptor's
+    # GPUs are reserved until the caller takes it off its nodes.
+    terminating_since: float | None = None
 
     @property
     def running(self) -> bool:

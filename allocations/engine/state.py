@@ -574,7 +574,7 @@ class CycleState:
         if job.nodes:
             if job.checkpoint_interval_s:
                 self.timed = True
-            if job.started_at is not None:
+            if job.started_at is not None and job.terminating_since is None:
                 until = job.started_at + self.min_runtime_of(job)
                 if self.now < until:
                     rec.protected_until = until
@@ -588,7 +588,11 @@ class CycleState:
 
     def _candidate(self, rec: JobRecord) -> None:
         """A running job becomes the last of its team's candidates there, or, protected by its
-        minimum runtime, one of its type's ``protected`` jobs (no candidate)."""
+        minimum runtime, one of its type's ``protected`` jobs (no candidate). A job that
+        terminates (docs/preemption.md 5) is neither: it was already preempted once, and its
+        GPUs, still counted, are its preemptor's."""
+        if rec.job.terminating_since is not None:
+            return
         if rec.protected_until > self.now:
             self.protect(rec)
             return

@@ -137,11 +137,10 @@ def _min_runtime(r: Reader, value: object, path: str) -> float | None:
     return None if number is None else float(number)
 
 
-def _no_grace(r: Reader, value: object, path: str) -> None:
-    """docs/preemption.md 5: grace is written down but not carried out: only 0 is accepted."""
-    number = r.number(value, path, minimum=0, what="a number of seconds")
-    if number is not None and number != 0:
-        r.bad(path, "must be 0: grace is not carried out yet, docs/preemption.md section 5", value)
+def _grace(r: Reader, value: object, path: str) -> float | None:
+    """docs/preemption.md 5: how long a victim may take to stop; a day at most, as a minimum
+    runtime."""
+    return _min_runtime(r, value, path)
 
 
 _POLICY_READERS: dict[str, SettingReader] = {
@@ -153,6 +152,7 @@ _POLICY_READERS: dict[str, SettingReader] = {
     "fair_share_half_life_s": lambda r, value, path: _float(r.number(value, path, minimum=0)),
     "fair_share_history_percent": lambda r, value, path: r.whole(value, path, 0, 100),
     "min_runtime_s": _min_runtime,
+    "preemption_grace_s": _grace,
 }
 
 
@@ -166,8 +166,6 @@ def read_policy(r: Reader, raw: object, path: str, base: ClusterPolicy) -> Clust
     if policy is None:
         return base
     changes = _read_settings(r, policy, path, _POLICY_READERS)
-    if "preemption_grace_s" in policy:
-        _no_grace(r, policy["preemption_grace_s"], f"{path}.preemption_grace_s")
     if "priority_classes" in policy:
         classes: list[PriorityClass] = []
         items = r.sequence(policy["priority_classes"], f"{path}.priority_classes") or []
@@ -186,12 +184,16 @@ def read_policy(r: Reader, raw: object, path: str, base: ClusterPolicy) -> Clust
                 min_runtime = _min_runtime(r, item["min_runtime_s"], f"{item_path}.min_runtime_s")
                 if min_runtime is None:
                     continue
-            if "preemption_grace_s" in item:
-                _no_grace(r, item["preemption_grace_s"], f"{item_path}.preemption_grace_s")
+            # docs/preemption.md 5: the class's own grace; left out, the policy's.
+            grace = None
+            if item.get("preemption_grace_s") is not None:
+                grace = _grace(r, item["preemption_grace_s"], f"{item_path}.preemption_grace_s")
+                if grace is None:
+                    continue
             if name is not None and any(c.name == name for c in classes):
                 r.error(f"{item_path}.name", f"duplicate priority class {show(name)}")
             elif name is not None and weight is not None:
-                classes.append(PriorityClass(name, weight, min_runtime))
+                classes.append(PriorityClass(name, weight, min_runtime, grace))
         changes["priority_classes"] = tuple(classes)
     return replace(base, **{k: v for k, v in changes.items() if v is not None})
 

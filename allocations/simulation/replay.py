@@ -30,9 +30,19 @@ from types import MemberDescriptorType
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from allocations.engine.accounting import attribute, quota_terms
-from allocations.engine.cost import last_checkpoint_s, lost_work_s, min_runtime_of
+from allocations.engine.cost import last_checkpoint_s, lost_work_s, min_runtime_of, preemption_grace_of
 from allocations.engine.cycle import gc_paused
-from allocations.engine.snapshot import Job, JobChanges, Node, PendingReason, Plan, Snapshot, Team
+from allocations.engine.snapshot import (
+    Job,
+    JobChanges,
+    Node,
+    PendingCode,
+    PendingReason,
+    Plan,
+    Preemption,
+    Snapshot,
+    Team,
+)
 
 from .result import ClusterResult, JobResult, PreemptionRecord, Result, TeamResult, percentile
 from .scenario import Cancel, NodeDown, NodeUp, Scenario, ScenarioError, ScenarioJob, UpdatePolicy, UpdateTeam
@@ -369,6 +379,13 @@ class Replay:
         self.node_down_lost = 0.0
         # Victims that had run less than SHORT_RUN_S since their last start.
         self.short_victims = 0
+        # docs/preemption.md 5, grace: the victims signalled and still running, by seq, with
+        # their preemptor's seq and when their grace ends; the preemptors held back (out of
+        # the snapshots, still pending) with the seqs of the victims they wait for; and the
+        # grace ends to act on, (time, seq, generation).
+        self.terminating: dict[int, tuple[int, float]] = {}
+        self.held: dict[int, set[int]] = {}
+        self.grace_ends: list[tuple[float, int, int]] = []
 
     # ------------------------------------------------------------------------------------
     # Starting and stopping jobs
@@ -481,6 +498,8 @@ class Replay:
         self.used_version += 1
         run.nodes = ()
         run.generation += 1
+        if spec.seq in self.terminating:
+            self._victim_gone(spec.seq)
 
     def _removed(self, job: Job) -> None:
         key = id(job)
@@ -588,6 +607,12 @@ class Replay:
     def _cancel(self, run: _Run, now: float) -> None:
         if run.state == RUNNING:
             self._stop(run)
+        elif run.state == PENDING and run.spec.seq in self.held:
+            # Held back for its victims (docs/preemption.md 5): they go on stopping.
+            for victim in self.held.pop(run.spec.seq):
+                self.terminating[victim] = (-1, self.terminating[victim][1])
+            del self.pending[run.spec.seq]
+            self._add(self.type_waiting, run.spec.instance_type, -run.spec.gpus)
         elif run.state == PENDING:
             self._dequeue(run)
         elif run.state != UNSUBMITTED:
@@ -675,7 +700,11 @@ class Replay:
         )
 
     def _apply(self, plan: Plan, now: float) -> bool:
-        """Apply a plan: preemptions first, then starts (the Plan contract)."""
+        """Apply a plan: preemptions first, then starts (the Plan contract). A victim with a
+        grace (docs/preemption.md 5) is signalled instead of stopped, and its preemptor held
+        back: the plan's starts are then left to the next cycle, which counts the victims
+        still running."""
+        signalled = False
         for p in plan.preemptions:
             run = self.by_id.get(p.job_id)
             if run is None or run.state != RUNNING:
@@ -691,19 +720,28 @@ class Replay:
             team = run.spec.team
             if now - run.started_at < SHORT_RUN_S:
                 self.short_victims += 1
-            self.lost[team] = self.lost.get(team, 0.0) + self._lost(run, now)
             self.team_preemptions[team] = self.team_preemptions.get(team, 0) + 1
-            self._stop(run)
+            assert run.job is not None
+            grace = preemption_grace_of(self.policy, run.job)
+            if grace > 0:
+                signalled = True
+                self._signal(run, p, now, grace)
+            else:
+                self.lost[team] = self.lost.get(team, 0.0) + self._lost(run, now)
+                self._stop(run)
             run.preemptions += 1
             run.last_preempted_at = now
             run.preempted += (PreemptionRecord(now, str(p.reason.value), p.preemptor),)
-            self._enqueue(run, now)
+            if grace <= 0:
+                self._enqueue(run, now)
             # Back-off (POLICY.md 3.5): the job may preempt again from now + 2^(n-1): give it a
             # cycle then (with a cycle interval, the first cycle time from then).
             heapq.heappush(
                 self.ticks,
                 (self._grid(now + 2.0 ** min(run.preemptions - 1, 60)), run.spec.seq, run.preemptions),
             )
+        if signalled:
+            return True
         for s in plan.starts:
             run = self.by_id.get(s.job_id)
             if run is None or run.state != PENDING:
@@ -717,6 +755,81 @@ class Replay:
             run.admitted_at += (now,)
             self._start(run, s.nodes, now)
         return bool(plan.starts or plan.preemptions)
+
+    def _signal(self, run: _Run, p: Preemption, now: float, grace: float) -> None:
+        """docs/preemption.md 5: ``run`` is told to stop and keeps its nodes, counted, until it
+        ends or its grace runs out (``_grace_due``); its preemptor leaves the snapshots until
+        every victim it waits for is gone (``_victim_gone``)."""
+        seq = run.spec.seq
+        assert run.job is not None
+        old = run.job
+        run.job = replace(old, terminating_since=now)
+        # Taken out and put back last, as a changed job is in the snapshot's view.
+        del self.running_jobs[seq]
+        self._removed(old)
+        self.running_jobs[seq] = run.job
+        self.added[id(run.job)] = run.job
+        self.base_added[0][id(run.job)] = run.job
+        end = now + grace
+        preemptor = self.by_id[p.preemptor]
+        pseq = preemptor.spec.seq
+        self.terminating[seq] = (pseq, end)
+        heapq.heappush(self.grace_ends, (self._grid(end), seq, run.generation))
+        if preemptor.state == PENDING:
+            if pseq not in self.held:
+                self.held[pseq] = set()
+                self._removed(self.pending_jobs.pop(pseq))
+            self.held[pseq].add(seq)
+        else:  # pragma: no cover - a preemptor is pending (the engine's contract)
+            self.terminating[seq] = (-1, end)
+
+    def _victim_gone(self, seq: int) -> None:
+        """A signalled victim is off its nodes (it ended, was killed, cancelled or lost its
+        node): once its preemptor waits for no other, the preemptor is back in the snapshots,
+        with the GPUs it was given."""
+        pseq, _ = self.terminating.pop(seq)
+        waits = self.held.get(pseq)
+        if waits is None:
+            return
+        waits.discard(seq)
+        if not waits:
+            del self.held[pseq]
+            preemptor = self.runs[pseq]
+            job = preemptor.pending_job()
+            preemptor.job = job
+            self.pending_jobs[pseq] = job
+            self.added[id(job)] = job
+            self.base_added[1][id(job)] = job
+
+    def _grace_due(self, now: float) -> None:
+        """The victims whose grace ran out are killed: they lose the work since their last
+        checkpoint, as a victim with no grace does at once, and go back to pending."""
+        ends = self.grace_ends
+        while ends and ends[0][0] <= now:
+            _, seq, generation = heapq.heappop(ends)
+            run = self.runs[seq]
+            if run.state != RUNNING or run.generation != generation or seq not in self.terminating:
+                continue
+            team = run.spec.team
+            self.lost[team] = self.lost.get(team, 0.0) + self._lost(run, now)
+            self._stop(run)
+            self._enqueue(run, now)
+
+    def held_reasons(self, now: float) -> dict[str, PendingReason]:
+        """The pending reason of each preemptor held back (docs/preemption.md 5)."""
+        reasons = {}
+        for pseq, victims in self.held.items():
+            parts = []
+            for seq in sorted(victims):
+                _, end = self.terminating[seq]
+                run = self.runs[seq]
+                assert run.job is not None and run.job.terminating_since is not None
+                grace = end - run.job.terminating_since
+                parts.append(f"job {run.spec.id} (grace {grace:g} s, {max(0.0, end - now):g} s left)")
+            reasons[self.runs[pseq].spec.id] = PendingReason(
+                PendingCode.PREEMPTING, f"waits for {', '.join(parts)} to stop: their GPUs are kept for it"
+            )
+        return reasons
 
     def _check_placement(self, run: _Run, nodes: tuple[tuple[str, int], ...], now: float) -> None:
         spec = run.spec
@@ -895,7 +1008,16 @@ class Replay:
             heapq.heappop(ends)
         if ends and self.pending:
             times.append(ends[0][0])
+        graces = self.grace_ends
+        while graces and not self._still_terminating(graces[0]):
+            heapq.heappop(graces)
+        if graces:
+            times.append(graces[0][0])
         return min(times) if times else None
+
+    def _still_terminating(self, end: tuple[float, int, int]) -> bool:
+        run = self.runs[end[1]]
+        return run.state == RUNNING and run.generation == end[2] and end[1] in self.terminating
 
     def _still_protected(self, end: tuple[float, int, int]) -> bool:
         run = self.runs[end[1]]
@@ -940,6 +1062,7 @@ class Replay:
             while self.protection_ends and self.protection_ends[0][0] <= now:
                 heapq.heappop(self.protection_ends)
             self._finish_due(now)
+            self._grace_due(now)
             self._apply_events(now)
             self._submit_due(now)
             cycle_time = self._grid(now)
@@ -974,6 +1097,7 @@ class Replay:
         # The last plan's reasons read once as a dict: the engine's are a mapping made on
         # demand, whose ``get`` would be a Python call per pending job.
         reasons = dict(self.reasons.items())
+        reasons.update(self.held_reasons(end_time))
         rejected = self.scenario.rejected
         why = [
             reasons.get(s.id) if state == PENDING else rejected[s.id] if state == REJECTED else None

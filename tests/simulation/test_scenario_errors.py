@@ -299,14 +299,14 @@ CORPUS = [
         "policy.min_runtime_s: must be at most 86,400 seconds (a day), got 100000",
     ),
     (
-        "grace-not-carried-out",
-        scenario(policy="{preemption_grace_s: 30}"),
-        "policy.preemption_grace_s: must be 0: grace is not carried out yet, docs/preemption.md section 5, got 30",
+        "grace-over-a-day",
+        scenario(policy="{preemption_grace_s: 100000}"),
+        "policy.preemption_grace_s: must be at most 86,400 seconds (a day), got 100000",
     ),
     (
-        "class-grace-not-carried-out",
-        scenario(policy="{priority_classes: [{name: high, weight: 10, preemption_grace_s: 5}]}"),
-        "policy.priority_classes[0].preemption_grace_s: must be 0: grace is not carried out yet",
+        "class-negative-grace",
+        scenario(policy="{priority_classes: [{name: high, weight: 10, preemption_grace_s: -5}]}"),
+        "policy.priority_classes[0].preemption_grace_s: must be a number of seconds >= 0, got -5",
     ),
     (
         "class-negative-min-runtime",
@@ -320,8 +320,8 @@ CORPUS = [
     ),
     (
         "update-policy-grace",
-        scenario(events="[{at: 10, update_policy: {preemption_grace_s: 1}}]"),
-        "events[0].update_policy.preemption_grace_s: must be 0",
+        scenario(events="[{at: 10, update_policy: {preemption_grace_s: -1}}]"),
+        "events[0].update_policy.preemption_grace_s: must be a number of seconds >= 0, got -1",
     ),
 ]
 
