@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db.models import F
 from django.utils import timezone
 
 from allocations.choices import JobState
+from allocations.models import TeamUsageMinute
 from allocations.services import history
 from tests import factories as f
 from tests.e2e.conftest import login
@@ -32,11 +34,20 @@ TEAM_CHARTS = ["usage", "pending", "wait_time"]  # a team with no preemption has
 
 @pytest.fixture
 def recorded(personas: Any, settings: Any) -> Any:
-    """Ten days of backfilled history plus live minutes: team-b borrows from team-a now."""
+    """Ten days of backfilled history plus live minutes: team-b borrows from team-a now, and the
+    last minute counts a preemption (the demo's workload is lighter on some days of the week,
+    so the backfill alone may leave the last day without one)."""
     settings.HISTORY_MINUTE_DAYS = 2
     call_command("backfill_demo_history", "--days", "10", "--old-step", "30", stdout=StringIO())
     now = timezone.now()
     nodes = personas.nodes
+    # The backfill's last minute also counts a preemption (a victim of 20 minutes, 4 GPUs).
+    last = TeamUsageMinute.objects.latest("minute")
+    TeamUsageMinute.objects.filter(pk=last.pk).update(
+        preempted_reclaim=F("preempted_reclaim") + 1,
+        preempted_ran_10_to_60m=F("preempted_ran_10_to_60m") + 1,
+        lost_gpu_seconds=F("lost_gpu_seconds") + 4 * 1200.0,
+    )
     f.make_job(
         personas.other_team,
         personas.instance_type,
