@@ -16,6 +16,7 @@ from allocations.choices import JobEventKind, JobState
 from allocations.models import ApiToken, Job, JobEvent
 from tests import factories as f
 from tests.conftest import PASSWORD
+from tests.races import race_behind_a_lock
 
 JOBS = "/api/v1/jobs/"
 
@@ -326,57 +327,26 @@ def test_a_bad_idempotency_key_answers_400_naming_the_header(personas):
     assert not Job.objects.filter(state=JobState.PENDING).exists()
 
 
-def _waiting_on_locks() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock'"
-        )
-        return int(cursor.fetchone()[0])
-
-
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_ten_concurrent_resubmits_with_one_key_make_one_job(personas):
     """Ten requests with one key, each past its check for an earlier job before any inserts:
     the Job table is locked against writes until all ten wait on it, then released. The unique
     constraint lets one insert win; the nine others answer 200 with its job."""
-    import threading
-    import time
-
-    import psycopg
-
     if connection.vendor != "postgresql":
         pytest.skip("concurrent inserts need PostgreSQL (SQLite lets one writer in at a time)")
     job = _ended_job(personas)
     answers: list[tuple[int, int]] = []
-    failures: list[BaseException] = []
 
     def resubmit() -> None:
-        try:
-            response = client_for(personas.member).post(
-                f"{JOBS}{job.pk}/resubmit/", HTTP_IDEMPOTENCY_KEY="double-click"
-            )
-            answers.append((response.status_code, response.json()["id"]))
-        except BaseException as exc:  # reported below: a thread's exception would vanish
-            failures.append(exc)
-        finally:
-            connection.close()  # this thread's own connection
+        response = client_for(personas.member).post(
+            f"{JOBS}{job.pk}/resubmit/", HTTP_IDEMPOTENCY_KEY="double-click"
+        )
+        answers.append((response.status_code, response.json()["id"]))
 
-    with psycopg.connect(**connection.get_connection_params()) as blocker:
-        blocker.execute(f"LOCK TABLE {Job._meta.db_table} IN EXCLUSIVE MODE")  # reads pass, inserts wait
-        threads = [threading.Thread(target=resubmit) for _ in range(10)]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 60
-        while _waiting_on_locks() < 10 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        all_in = _waiting_on_locks() >= 10
-        blocker.rollback()
-    for thread in threads:
-        thread.join(60)
-    assert not failures, failures
-    assert all_in, "the ten requests did not all reach their insert"
+    assert race_behind_a_lock(Job._meta.db_table, [resubmit] * 10), (
+        "the ten requests did not all reach their insert"
+    )
     assert sorted(status for status, _ in answers) == [200] * 9 + [201], answers
     assert len({pk for _, pk in answers}) == 1
     assert Job.objects.filter(state=JobState.PENDING).count() == 1

@@ -3,16 +3,13 @@ team admin stays, other teams' memberships are invisible."""
 
 from __future__ import annotations
 
-import threading
-import time
-
-import psycopg
 import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
 from allocations.models import AuditEntry, Membership
 from tests import factories as f
+from tests.races import race_behind_a_lock
 
 
 def client_for(user) -> APIClient:
@@ -87,16 +84,6 @@ def test_a_membership_cannot_move_to_another_user(personas):
 
 
 # --- The last team admin under concurrent requests (PostgreSQL) ---------------------------------
-def _waiting_on_locks() -> int:
-    """Backends of the test database that wait for a lock (the two requests, once both are in)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock'"
-        )
-        return int(cursor.fetchone()[0])
-
-
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
@@ -116,33 +103,19 @@ def test_two_admins_demoted_or_removed_at_once_leave_one(personas, first, second
     answers: dict[str, int] = {}
 
     def change(membership: Membership, how: str) -> None:
-        try:
-            client = APIClient(raise_request_exception=False)
-            client.force_authenticate(admin)
-            url = f"/api/v1/memberships/{membership.pk}/"
-            if how == "demote":
-                response = client.patch(url, {"role": "member"}, format="json")
-            else:
-                response = client.delete(url)
-            answers[f"{how} {membership.user.username}"] = response.status_code
-        finally:
-            connection.close()  # this thread's own connection
+        client = APIClient(raise_request_exception=False)
+        client.force_authenticate(admin)
+        url = f"/api/v1/memberships/{membership.pk}/"
+        if how == "demote":
+            response = client.patch(url, {"role": "member"}, format="json")
+        else:
+            response = client.delete(url)
+        answers[f"{how} {membership.user.username}"] = response.status_code
 
-    with psycopg.connect(**connection.get_connection_params()) as blocker:
-        blocker.execute(f"LOCK TABLE {AuditEntry._meta.db_table} IN EXCLUSIVE MODE")
-        threads = [
-            threading.Thread(target=change, args=(theirs, first)),
-            threading.Thread(target=change, args=(own, second)),
-        ]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 30
-        while _waiting_on_locks() < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        both_in = _waiting_on_locks() >= 2
-        blocker.rollback()  # lets the audit entries be written
-    for thread in threads:
-        thread.join(60)
+    # The audit table is locked until both wait, then released to let their entries be written.
+    both_in = race_behind_a_lock(
+        AuditEntry._meta.db_table, [lambda: change(theirs, first), lambda: change(own, second)], wait_s=30
+    )
     assert both_in, "the two requests were not both waiting for a lock"
     assert Membership.objects.filter(team=personas.team, role="team-admin").count() == 1, answers
     assert sorted(status // 100 for status in answers.values()) == [2, 4], answers

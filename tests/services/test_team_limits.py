@@ -4,9 +4,6 @@ jobs alone; concurrent submissions cannot both pass a pending-jobs limit (Postgr
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
@@ -16,6 +13,7 @@ from allocations.models import Job, PriorityClass, Team
 from allocations.services import jobs as services
 from allocations.services import policy as policy_services
 from tests import factories as f
+from tests.races import race_behind_a_lock
 
 
 def submit(personas, user=None, **overrides):
@@ -271,52 +269,24 @@ def test_a_renamed_class_stays_allowed(personas):
 
 
 # --- Concurrency -------------------------------------------------------------------------------------
-def _waiting_on_locks() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND wait_event_type = 'Lock'"
-        )
-        return int(cursor.fetchone()[0])
-
-
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_submissions_cannot_pass_a_pending_jobs_limit(personas):
     """Ten submissions at once to a team allowing one pending job: the Job table is locked
     against inserts until all ten are inside the service, so without the lock on the team row
     all ten would have counted no pending job. With it, one makes a job and nine are refused."""
-    import psycopg
-
     if connection.vendor != "postgresql":
         pytest.skip("row locks need PostgreSQL (SQLite lets one writer in at a time)")
     limit(personas, max_pending_jobs=1)
     refused: list[str] = []
-    failures: list[BaseException] = []
 
     def one_submission() -> None:
         try:
             submit(personas)
         except ValidationError as exc:
             refused.append(" ".join(exc.messages))
-        except BaseException as exc:  # reported below: a thread's exception would vanish
-            failures.append(exc)
-        finally:
-            connection.close()  # this thread's own connection
 
-    with psycopg.connect(**connection.get_connection_params()) as blocker:
-        blocker.execute(f"LOCK TABLE {Job._meta.db_table} IN EXCLUSIVE MODE")  # reads pass, inserts wait
-        threads = [threading.Thread(target=one_submission) for _ in range(10)]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 60
-        while _waiting_on_locks() < 10 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        all_in = _waiting_on_locks() >= 10
-        blocker.rollback()
-    for thread in threads:
-        thread.join(60)
-    assert not failures, failures
+    all_in = race_behind_a_lock(Job._meta.db_table, [one_submission] * 10)
     assert all_in, "the ten submissions did not all reach the service's lock or insert"
     assert Job.objects.filter(team=personas.team).count() == 1
     assert refused == ["Team team-a allows at most 1 pending job; it has 1 pending."] * 9
