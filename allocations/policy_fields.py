@@ -56,6 +56,10 @@ TEAM_LIMITS = (
     "max_running_gpus_per_member",
 )
 ENGINE_TEAM_LIMITS = ("max_running_gpus_per_member",)
+# What a what-if draft holds of a team: what the engine decides with, its limits included.
+DRAFT_TEAM_SETTINGS = (*TEAM_SETTINGS, *ENGINE_TEAM_LIMITS)
+# A priority class's settings beside its weight that the engine decides with (docs/preemption.md).
+PRIORITY_CLASS_ENGINE_SETTINGS = ("min_runtime_s",)
 TEAM_FIELDS = ("name", *TEAM_SETTINGS, *TEAM_LIMITS)
 QUOTA_FIELDS = ("quota", "borrow_limit_kind", "borrow_limit_percent", "borrow_limit", "lend_limit")
 # A quota row with these values means the same as no row (POLICY.md section 1's defaults).

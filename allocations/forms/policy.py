@@ -259,17 +259,19 @@ class TeamForm(PolicyForm):
         }
 
     def __init__(self, *args: Any, limits: bool = True, **kwargs: Any) -> None:
-        """``limits=False``: without the fields of what the team may ask for (a what-if draft
-        holds only the settings the engine decides with)."""
+        """``limits=False``: without the limits checked at submission (a what-if draft holds
+        only the settings the engine decides with, the engine's limits among them)."""
         super().__init__(*args, **kwargs)
         # Say what the default is, not where it is written (a document the user may not have).
         self.fields["preempt_while_borrowing"].choices = [
             ("", "Default (lower-priority; never when reclaim is never)"),
             *choices.PREEMPT_WHILE_BORROWING_CHOICES,
         ]
+        self.limits = limits
         if not limits:
             for name in policy_fields.TEAM_LIMITS:
-                del self.fields[name]
+                if name not in policy_fields.ENGINE_TEAM_LIMITS:
+                    del self.fields[name]
             return
         allowed = self.fields["allowed_priority_classes"]
         assert isinstance(allowed, forms.MultipleChoiceField)
@@ -283,11 +285,16 @@ class TeamForm(PolicyForm):
         )
 
     def setting_fields(self) -> list[forms.BoundField]:
-        """The visible fields but the limits: the settings card of the team page."""
+        """The visible fields but the limits: the settings card of the team page (a draft's
+        form shows the engine's limits there: it has no limits card)."""
+        if not self.limits:
+            return list(self.visible_fields())
         return [f for f in self.visible_fields() if f.name not in policy_fields.TEAM_LIMITS]
 
     def limit_fields(self) -> list[forms.BoundField]:
         """The limits' fields (none on a draft's form): their own card of the team page."""
+        if not self.limits:
+            return []
         return [f for f in self.visible_fields() if f.name in policy_fields.TEAM_LIMITS]
 
     def service_values(self) -> dict[str, Any]:
