@@ -19,7 +19,7 @@ from allocations.choices import BorrowLimitKind
 
 INSTANCE_TYPE_FIELDS = ("name", "gpus_per_node", "price_per_gpu_hour", "description")
 NODE_FIELDS = ("name", "instance_type", "gpus", "state", "reason")
-PRIORITY_CLASS_FIELDS = ("name", "weight", "description", "min_runtime_s")
+PRIORITY_CLASS_FIELDS = ("name", "weight", "description", "min_runtime_s", "preemption_grace_s")
 CLUSTER_FIELDS = ("name", "backend_kind", "backend_settings", "time_zone")
 CLUSTER_POLICY_FIELDS = (
     "idle_allocation",
