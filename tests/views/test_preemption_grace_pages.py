@@ -111,3 +111,21 @@ def test_a_terminating_job_shows_when_its_grace_ends_in_the_lists(personas):
         rows = dict(re.findall(r'<tr id="job-(\d+)"(.*?)</tr>', html, re.S))
         assert 0 < grace_text(rows[str(victim.pk)]) <= 20
         assert "terminating" not in rows[str(other.pk)]
+
+
+def test_the_pages_of_a_preemptor_held_for_its_victim_show_why_it_waits(personas):
+    """Left out of the snapshot while it waits (the estimates read it), it still has its page,
+    its place in the lists and its reason."""
+    victim, preemptor = terminating_job(personas)
+    Job.objects.filter(pk=preemptor.pk).update(
+        pending_reason_code="preempting",
+        pending_reason_message=f"waits for job {victim.pk} (grace 30 s, 20 s left) to stop",
+    )
+    member = client_for(personas.other_member)
+
+    page = member.get(f"/jobs/{preemptor.pk}/")
+    queue = member.get("/teams/team-b/")
+
+    assert page.status_code == 200 and queue.status_code == 200
+    assert f"waits for job {victim.pk}" in unescape(page.content.decode())
+    assert f'id="job-{preemptor.pk}"' in queue.content.decode()
