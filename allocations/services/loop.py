@@ -658,7 +658,7 @@ def _held_reasons(now: datetime) -> dict[str, engine.PendingReason]:
     waits: dict[int, list[str]] = {}
     victims = (
         Job.objects.filter(
-            state=JobState.RUNNING, terminating_since__isnull=False, preempted_for__isnull=False
+            state=JobState.RUNNING, terminating_since__isnull=False, preempted_for__state=JobState.PENDING
         )
         .order_by("pk")
         .values_list("pk", "preempted_for", "terminating_since", "grace_ends_at")
