@@ -19,7 +19,7 @@ from allocations.choices import BorrowLimitKind
 
 INSTANCE_TYPE_FIELDS = ("name", "gpus_per_node", "price_per_gpu_hour", "description")
 NODE_FIELDS = ("name", "instance_type", "gpus", "state", "reason")
-PRIORITY_CLASS_FIELDS = ("name", "weight", "description", "min_runtime_s")
+PRIORITY_CLASS_FIELDS = ("name", "weight", "description", "min_runtime_s", "preemption_grace_s")
 CLUSTER_FIELDS = ("name", "backend_kind", "backend_settings", "time_zone")
 CLUSTER_POLICY_FIELDS = (
     "idle_allocation",
@@ -59,7 +59,7 @@ ENGINE_TEAM_LIMITS = ("max_running_gpus_per_member",)
 # What a what-if draft holds of a team: what the engine decides with, its limits included.
 DRAFT_TEAM_SETTINGS = (*TEAM_SETTINGS, *ENGINE_TEAM_LIMITS)
 # A priority class's settings beside its weight that the engine decides with (docs/preemption.md).
-PRIORITY_CLASS_ENGINE_SETTINGS = ("min_runtime_s",)
+PRIORITY_CLASS_ENGINE_SETTINGS = ("min_runtime_s", "preemption_grace_s")
 TEAM_FIELDS = ("name", *TEAM_SETTINGS, *TEAM_LIMITS)
 QUOTA_FIELDS = ("quota", "borrow_limit_kind", "borrow_limit_percent", "borrow_limit", "lend_limit")
 # A quota row with these values means the same as no row (POLICY.md section 1's defaults).

@@ -152,22 +152,29 @@ _KEEP: Any = object()
 
 
 def with_priority_class(
-    body: Mapping[str, Any], name: str, weight: int | None, min_runtime_s: int | None = _KEEP
+    body: Mapping[str, Any],
+    name: str,
+    weight: int | None,
+    min_runtime_s: int | None = _KEEP,
+    preemption_grace_s: int | None = _KEEP,
 ) -> dict[str, Any]:
     """The body with class ``name`` at ``weight`` (added when new), or without it (``None``);
-    its minimum runtime set when given (None: the policy's), else kept."""
+    its minimum runtime and preemption grace set when given (None: the policy's), else kept."""
     new = copy.deepcopy(dict(body))
     classes = [pc for pc in new["priority_classes"] if pc["name"] != name]
     if weight is not None:
         old = next((pc for pc in new["priority_classes"] if pc["name"] == name), None)
         if min_runtime_s is _KEEP:
             min_runtime_s = old.get("min_runtime_s") if old else None
+        if preemption_grace_s is _KEEP:
+            preemption_grace_s = old.get("preemption_grace_s") if old else None
         classes.append(
             {
                 "name": name,
                 "weight": weight,
                 "description": old["description"] if old else "",
                 "min_runtime_s": min_runtime_s,
+                "preemption_grace_s": preemption_grace_s,
             }
         )
     new["priority_classes"] = sorted(classes, key=lambda pc: (-pc["weight"], pc["name"]))
@@ -216,6 +223,7 @@ def priority_class_row(body: Mapping[str, Any], name: str) -> PriorityClass | No
         weight=pc["weight"],
         description=pc.get("description", ""),
         min_runtime_s=pc.get("min_runtime_s"),
+        preemption_grace_s=pc.get("preemption_grace_s"),
     )
     row._state.adding = live is None  # Django's unique checks then skip the row itself
     return row
@@ -300,6 +308,11 @@ def scenario_policy(body: Mapping[str, Any]) -> dict[str, Any]:
         "priority_classes": [
             {"name": pc["name"], "weight": pc["weight"]}
             | ({"min_runtime_s": pc["min_runtime_s"]} if pc.get("min_runtime_s") is not None else {})
+            | (
+                {"preemption_grace_s": pc["preemption_grace_s"]}
+                if pc.get("preemption_grace_s") is not None
+                else {}
+            )
             for pc in body["priority_classes"]
         ],
     }

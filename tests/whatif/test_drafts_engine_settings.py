@@ -1,7 +1,7 @@
 """A what-if draft holds every setting the engine decides with, and applying it sets each one
 live: the most GPUs running per member (docs/limits.md section 3, enforced by the engine at
-each cycle, unlike the limits checked at submission) and a priority class's minimum runtime
-(docs/preemption.md section 1). A draft that dropped either would replay a policy other than
+each cycle, unlike the limits checked at submission) and a priority class's minimum runtime and
+grace (docs/preemption.md sections 1 and 5). A draft that dropped either would replay a policy other than
 the one it shows, and applying it would lose the change."""
 
 from __future__ import annotations
@@ -56,15 +56,17 @@ def test_a_draft_saved_before_the_member_cap_leaves_the_live_cap_alone(personas)
     assert Team.objects.get(name="team-a").max_running_gpus_per_member == 8
 
 
-def test_applying_a_draft_sets_a_classs_minimum_runtime(personas):
+def test_applying_a_draft_sets_a_classs_minimum_runtime_and_grace(personas):
     draft = whatif.draft_create(actor=personas.cluster_admin, name="protect")
-    body = bodies.with_priority_class(draft.body, "inference", 100, 600)
+    body = bodies.with_priority_class(draft.body, "inference", 100, 600, 30)
     body = bodies.with_priority_class(body, "batch", 5, 60)
     changes = {(c.object_repr, c.field, c.new) for c in bodies.diff(body)}
     assert ("inference", "min_runtime_s", "600") in changes
+    assert ("inference", "preemption_grace_s", "30") in changes
     draft = whatif.draft_update(draft=draft, body=body)
     whatif.draft_apply(actor=personas.cluster_admin, draft=draft)
-    assert PriorityClass.objects.get(name="inference").min_runtime_s == 600
+    inference = PriorityClass.objects.get(name="inference")
+    assert (inference.min_runtime_s, inference.preemption_grace_s) == (600, 30)
     assert (
         PriorityClass.objects.get(name="batch").weight,
         PriorityClass.objects.get(name="batch").min_runtime_s,
