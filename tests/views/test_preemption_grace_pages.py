@@ -129,3 +129,6 @@ def test_the_pages_of_a_preemptor_held_for_its_victim_show_why_it_waits(personas
     assert page.status_code == 200 and queue.status_code == 200
     assert f"waits for job {victim.pk}" in unescape(page.content.decode())
     assert f'id="job-{preemptor.pk}"' in queue.content.decode()
+    # Expected when the victim's grace runs out, in about 20 s (selectors/estimates.py).
+    estimate = re.search(r'<dd id="job-estimate">(.*?)</dd>', page.content.decode(), re.S)
+    assert estimate and "UTC (in" in estimate.group(1) and "unknown" not in estimate.group(1)
