@@ -1,0 +1,382 @@
+"""SageMaker's API served on gpugov's policy (docs/interop.md "HyperPod's API"), driven by
+botocore's own SageMaker client (what boto3 wraps) against a live server: SigV4 checked, each
+operation mapped through the HyperPod import, errors in AWS's shapes, every change audited."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import botocore.auth
+import botocore.session
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from django.conf import settings
+
+from allocations.interop import hyperpod
+from allocations.interop import services as interop_services
+from allocations.models import AccessKey, AuditEntry, ClusterPolicy, PriorityClass, Team, TeamQuota
+from allocations.services import access_keys
+from allocations.services import policy as policy_services
+from tests.conftest import Personas
+
+pytestmark = pytest.mark.django_db(transaction=True)
+FIXTURES = Path(__file__).parent / "fixtures"
+ARN = "arn:aws:sagemaker:us-west-2:123456789012:cluster/abcde12345fg"
+
+
+_CLIENTS: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def close_clients(live_server: Any) -> Iterator[None]:
+    """Close each client's kept-alive connection while the live server still runs: the server's
+    thread would otherwise close it after the test database is gone."""
+    yield
+    while _CLIENTS:
+        _CLIENTS.pop().close()
+
+
+def client_for(live_server: Any, user: Any, *, secret: str | None = None, region: str | None = None) -> Any:
+    """botocore's SageMaker client signed with a new access key of ``user``."""
+    key, made_secret = access_keys.access_key_create(user=user, actor=user)
+    client = botocore.session.get_session().create_client(
+        "sagemaker",
+        endpoint_url=f"{live_server.url}/aws/sagemaker/",
+        region_name=region or settings.GPUGOV_AWS_REGION,
+        aws_access_key_id=key.access_key_id,
+        aws_secret_access_key=secret or made_secret,
+        config=Config(retries={"total_max_attempts": 1}),
+    )
+    _CLIENTS.append(client)
+    return client
+
+
+def error_of(call: Any, **params: Any) -> tuple[str, str, int]:
+    with pytest.raises(ClientError) as caught:
+        call(**params)
+    error = caught.value.response["Error"]
+    return error["Code"], error["Message"], caught.value.response["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def quota_request(team: str = "team-a", gpus: int = 4, **extra: Any) -> dict[str, Any]:
+    return {
+        "Name": f"{team}-api",
+        "ClusterArn": ARN,
+        "ComputeQuotaConfig": {
+            "ComputeQuotaResources": [{"InstanceType": "ml.p5.48xlarge", "Accelerators": gpus}],
+            "ResourceSharingConfig": {"Strategy": "LendAndBorrow", "BorrowLimit": 50},
+            "PreemptTeamTasks": "LowerPriority",
+        },
+        "ComputeQuotaTarget": {"TeamName": team, "FairShareWeight": 10},
+        **extra,
+    }
+
+
+@pytest.fixture
+def admin_client(personas: Personas, live_server: Any) -> Any:
+    return client_for(live_server, personas.cluster_admin)
+
+
+def quota_id(client: Any, team: str) -> str:
+    summaries = client.list_compute_quotas()["ComputeQuotaSummaries"]
+    return next(s["ComputeQuotaId"] for s in summaries if s["ComputeQuotaTarget"]["TeamName"] == team)
+
+
+# --- Each operation ------------------------------------------------------------------------------
+def test_a_team_set_up_in_gpugov_is_listed_and_described_as_its_export(admin_client: Any) -> None:
+    summaries = admin_client.list_compute_quotas()["ComputeQuotaSummaries"]
+    assert sorted(s["ComputeQuotaTarget"]["TeamName"] for s in summaries) == ["team-a", "team-b"]
+    exported = {
+        q["ComputeQuotaTarget"]["TeamName"]: q for q in hyperpod.export_policy().bundle["ComputeQuotas"]
+    }
+    described = admin_client.describe_compute_quota(ComputeQuotaId=quota_id(admin_client, "team-a"))
+    for member in (
+        "Name",
+        "ClusterArn",
+        "ComputeQuotaConfig",
+        "ComputeQuotaTarget",
+        "ActivationState",
+        "Description",
+    ):
+        assert described[member] == exported["team-a"][member], member
+    assert described["ComputeQuotaVersion"] == 1
+    assert described["Status"] == "Created"
+    assert described["ComputeQuotaArn"].startswith("arn:aws:sagemaker:us-west-2:")
+    assert isinstance(described["CreationTime"], datetime)
+
+
+def test_update_sets_the_teams_quota_and_counts_a_version(admin_client: Any, personas: Personas) -> None:
+    qid = quota_id(admin_client, "team-a")
+    answer = admin_client.update_compute_quota(
+        ComputeQuotaId=qid,
+        TargetVersion=1,
+        ComputeQuotaConfig=quota_request(gpus=6)["ComputeQuotaConfig"],
+        ActivationState="Disabled",
+        Description="Team A via the API",
+    )
+    assert answer["ComputeQuotaVersion"] == 2
+    team = Team.objects.get(name="team-a")
+    assert (team.active, team.display_name) == (False, "Team A via the API")
+    assert TeamQuota.objects.get(team=team, instance_type=personas.instance_type).quota == 6
+    described = admin_client.describe_compute_quota(ComputeQuotaId=qid)
+    assert described["ComputeQuotaVersion"] == 2
+    assert described["Status"] == "Updated"
+
+
+def test_delete_then_create_gives_the_team_its_quota_back_under_a_new_id(
+    admin_client: Any, personas: Personas
+) -> None:
+    qid = quota_id(admin_client, "team-b")
+    admin_client.delete_compute_quota(ComputeQuotaId=qid)
+    assert TeamQuota.objects.get(team=personas.other_team).quota == 0
+    assert Team.objects.filter(name="team-b").exists()  # its members and jobs stay
+    code, _, _ = error_of(admin_client.describe_compute_quota, ComputeQuotaId=qid)
+    assert code == "ResourceNotFound"
+    created = admin_client.create_compute_quota(**quota_request("team-b", gpus=3))
+    assert created["ComputeQuotaId"] != qid
+    assert created["ComputeQuotaArn"].endswith(f"compute-quota/{created['ComputeQuotaId']}")
+    assert TeamQuota.objects.get(team=personas.other_team).quota == 3
+    assert (
+        admin_client.describe_compute_quota(ComputeQuotaId=created["ComputeQuotaId"])["Name"] == "team-b-api"
+    )
+
+
+def test_scheduler_config_describe_update_delete_create(admin_client: Any) -> None:
+    listed = admin_client.list_cluster_scheduler_configs()["ClusterSchedulerConfigSummaries"]
+    assert len(listed) == 1
+    sid = listed[0]["ClusterSchedulerConfigId"]
+    described = admin_client.describe_cluster_scheduler_config(ClusterSchedulerConfigId=sid)
+    assert (
+        described["SchedulerConfig"]
+        == hyperpod.export_policy().bundle["ClusterSchedulerConfig"]["SchedulerConfig"]
+    )
+    config = {"PriorityClasses": [{"Name": "urgent", "Weight": 95}], "FairShare": "Disabled"}
+    answer = admin_client.update_cluster_scheduler_config(
+        ClusterSchedulerConfigId=sid, TargetVersion=1, SchedulerConfig=config, Description="by the API"
+    )
+    assert answer["ClusterSchedulerConfigVersion"] == 2
+    assert dict(PriorityClass.objects.values_list("name", "weight")) == {"urgent": 95}
+    assert ClusterPolicy.objects.get().idle_allocation == "first-come-first-serve"
+    assert (
+        admin_client.describe_cluster_scheduler_config(ClusterSchedulerConfigId=sid)["Description"]
+        == "by the API"
+    )
+
+    admin_client.delete_cluster_scheduler_config(ClusterSchedulerConfigId=sid)
+    assert not PriorityClass.objects.exists()
+    assert ClusterPolicy.objects.get().idle_allocation == "fair-share"
+    assert admin_client.list_cluster_scheduler_configs()["ClusterSchedulerConfigSummaries"] == []
+    created = admin_client.create_cluster_scheduler_config(
+        Name="again", ClusterArn=ARN, SchedulerConfig={"PriorityClasses": [{"Name": "batch", "Weight": 5}]}
+    )
+    assert created["ClusterSchedulerConfigId"] != sid
+    assert dict(PriorityClass.objects.values_list("name", "weight")) == {"batch": 5}
+
+
+def test_lists_filter_and_page(admin_client: Any) -> None:
+    first = admin_client.list_compute_quotas(MaxResults=1, SortBy="Name", SortOrder="Ascending")
+    assert [s["Name"] for s in first["ComputeQuotaSummaries"]] == ["team-a-quota"]
+    second = admin_client.list_compute_quotas(
+        MaxResults=1, SortBy="Name", SortOrder="Ascending", NextToken=first["NextToken"]
+    )
+    assert [s["Name"] for s in second["ComputeQuotaSummaries"]] == ["team-b-quota"]
+    assert "NextToken" not in second
+    assert [
+        s["Name"] for s in admin_client.list_compute_quotas(NameContains="b-q")["ComputeQuotaSummaries"]
+    ] == ["team-b-quota"]
+    later = datetime.now(UTC) + timedelta(hours=1)
+    assert admin_client.list_compute_quotas(CreatedAfter=later)["ComputeQuotaSummaries"] == []
+
+
+# --- A HyperPod policy round trip ----------------------------------------------------------------
+def with_sagemaker_defaults(request: dict[str, Any]) -> dict[str, Any]:
+    """``request`` with the values SageMaker gives what it leaves out (and the export states)."""
+    request = json.loads(json.dumps(request))
+    request.setdefault("ActivationState", "Enabled")
+    request["ComputeQuotaTarget"].setdefault("FairShareWeight", 0)
+    request["ComputeQuotaConfig"].setdefault("PreemptTeamTasks", "LowerPriority")
+    return request
+
+
+def test_an_imported_hyperpod_policy_reads_back_through_the_api_equal_to_its_export(
+    live_server: Any, personas: Personas
+) -> None:
+    """The acceptance of issue 30: the fixture imports, exports back equal, and List/Describe give
+    every request back as the export has it."""
+    # The personas' teams with no display name and the fixture's cluster: what the fixture says.
+    Team.objects.update(display_name="")
+    personas.cluster.backend_settings = {"hyperpod_cluster_arn": ARN}
+    personas.cluster.save()
+    text = (FIXTURES / "hyperpod-bundle.json").read_text()
+    imported = hyperpod.parse(text)
+    interop_services.policy_import_apply(actor=personas.cluster_admin, imported=imported)
+    bundle = hyperpod.export_policy().bundle
+    document = json.loads(text)
+    assert (
+        bundle["ClusterSchedulerConfig"]["SchedulerConfig"]
+        == document["ClusterSchedulerConfig"]["SchedulerConfig"]
+    )
+
+    client = client_for(live_server, personas.cluster_admin)
+    summaries = {
+        s["ComputeQuotaTarget"]["TeamName"]: s
+        for s in client.list_compute_quotas(MaxResults=100)["ComputeQuotaSummaries"]
+    }
+    for request in document["ComputeQuotas"]:
+        team = request["ComputeQuotaTarget"]["TeamName"]
+        exported = next(q for q in bundle["ComputeQuotas"] if q["ComputeQuotaTarget"]["TeamName"] == team)
+        described = client.describe_compute_quota(ComputeQuotaId=summaries[team]["ComputeQuotaId"])
+        expected = with_sagemaker_defaults(request)
+        for member in ("Name", "ClusterArn", "ComputeQuotaConfig", "ComputeQuotaTarget", "ActivationState"):
+            assert described[member] == exported[member] == expected[member], (team, member)
+        assert described.get("Description") == request.get("Description")
+    sid = client.list_cluster_scheduler_configs()["ClusterSchedulerConfigSummaries"][0][
+        "ClusterSchedulerConfigId"
+    ]
+    described = client.describe_cluster_scheduler_config(ClusterSchedulerConfigId=sid)
+    assert described["SchedulerConfig"] == document["ClusterSchedulerConfig"]["SchedulerConfig"]
+
+
+# --- Errors in AWS's shapes ----------------------------------------------------------------------
+def test_a_wrong_secret_is_invalid_signature(live_server: Any, personas: Personas) -> None:
+    client = client_for(live_server, personas.cluster_admin, secret="x" * 40)
+    code, message, status = error_of(client.list_compute_quotas)
+    assert (code, status) == ("InvalidSignatureException", 400)
+    assert "signature we calculated does not match" in message
+
+
+def test_a_request_signed_for_another_region_is_refused(live_server: Any, personas: Personas) -> None:
+    client = client_for(live_server, personas.cluster_admin, region="eu-west-1")
+    code, message, _ = error_of(client.list_compute_quotas)
+    assert code == "InvalidSignatureException"
+    assert "'eu-west-1'" in message
+
+
+def test_a_clock_more_than_15_minutes_off_is_refused(
+    live_server: Any, personas: Personas, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = client_for(live_server, personas.cluster_admin)
+    skewed = datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=20)
+    # The client's clock, outside the server: botocore signs with this time.
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: skewed)
+    code, message, _ = error_of(client.list_compute_quotas)
+    assert code == "InvalidSignatureException"
+    assert message.startswith("Signature expired:")
+
+
+def test_an_unknown_or_revoked_key_is_unrecognized(live_server: Any, personas: Personas) -> None:
+    client = client_for(live_server, personas.cluster_admin)
+    key = AccessKey.objects.get(user=personas.cluster_admin)
+    access_keys.access_key_revoke(actor=personas.cluster_admin, key=key)
+    code, _, _ = error_of(client.list_compute_quotas)
+    assert code == "UnrecognizedClientException"
+
+
+def test_a_member_reads_their_teams_quota_but_may_not_change_it(live_server: Any, personas: Personas) -> None:
+    member = client_for(live_server, personas.member)
+    summaries = member.list_compute_quotas()["ComputeQuotaSummaries"]
+    assert [s["ComputeQuotaTarget"]["TeamName"] for s in summaries] == ["team-a"]
+    qid = summaries[0]["ComputeQuotaId"]
+    code, message, _ = error_of(
+        member.update_compute_quota, ComputeQuotaId=qid, TargetVersion=1, ActivationState="Disabled"
+    )
+    assert code == "AccessDeniedException"
+    assert "bob" in message
+    code, _, _ = error_of(member.create_compute_quota, **quota_request("team-a"))
+    assert code == "AccessDeniedException"
+    assert Team.objects.get(name="team-a").active
+
+
+def test_another_teams_quota_is_not_found_for_a_member(live_server: Any, personas: Personas) -> None:
+    admin = client_for(live_server, personas.cluster_admin)
+    other_id = quota_id(admin, "team-b")
+    member = client_for(live_server, personas.member)
+    code, _, _ = error_of(member.describe_compute_quota, ComputeQuotaId=other_id)
+    assert code == "ResourceNotFound"
+    code, _, _ = error_of(member.delete_compute_quota, ComputeQuotaId=other_id)
+    assert code == "ResourceNotFound"
+
+
+def test_an_unknown_team_is_a_validation_error_naming_it(admin_client: Any) -> None:
+    code, message, status = error_of(admin_client.create_compute_quota, **quota_request("team-zeta"))
+    assert (code, status) == ("ValidationException", 400)
+    assert "ComputeQuotaTarget.TeamName: 'team-zeta'" in message
+
+
+def test_a_bad_value_is_a_validation_error_naming_the_field_and_value(admin_client: Any) -> None:
+    qid = quota_id(admin_client, "team-a")
+    config = quota_request(gpus=4)["ComputeQuotaConfig"]
+    config["ComputeQuotaResources"][0]["InstanceType"] = "ml.p4d.24xlarge"  # SageMaker's, not this cluster's
+    code, message, _ = error_of(
+        admin_client.update_compute_quota, ComputeQuotaId=qid, TargetVersion=1, ComputeQuotaConfig=config
+    )
+    assert code == "ValidationException"
+    assert "ComputeQuotaConfig.ComputeQuotaResources[0].InstanceType: 'ml.p4d.24xlarge'" in message
+
+
+def test_vcpu_and_memory_quotas_are_refused_for_now(admin_client: Any) -> None:
+    qid = quota_id(admin_client, "team-a")
+    config = quota_request()["ComputeQuotaConfig"]
+    config["ComputeQuotaResources"][0]["VCpu"] = 16.0
+    code, message, _ = error_of(
+        admin_client.update_compute_quota, ComputeQuotaId=qid, TargetVersion=1, ComputeQuotaConfig=config
+    )
+    assert code == "ValidationException"
+    assert "VCpu: cannot be imported: gpugov counts whole GPUs only" in message
+
+
+def test_a_stale_target_version_is_a_conflict(admin_client: Any, personas: Personas) -> None:
+    qid = quota_id(admin_client, "team-a")
+    # A change in the console counts a version too: version 1 is stale once it is made.
+    policy_services.team_update(actor=personas.cluster_admin, team=personas.team, fair_share_weight=77)
+    code, message, _ = error_of(
+        admin_client.update_compute_quota, ComputeQuotaId=qid, TargetVersion=1, ActivationState="Disabled"
+    )
+    assert code == "ConflictException"
+    assert "TargetVersion: 1 is not the current version 2" in message
+    assert Team.objects.get(name="team-a").active
+
+
+def test_creating_a_second_quota_for_a_team_is_a_conflict(admin_client: Any) -> None:
+    code, _, _ = error_of(admin_client.create_compute_quota, **quota_request("team-a"))
+    assert code == "ConflictException"
+
+
+def test_deleting_an_unknown_id_is_resource_not_found(admin_client: Any) -> None:
+    code, message, _ = error_of(admin_client.delete_compute_quota, ComputeQuotaId="abcdefabcdef")
+    assert code == "ResourceNotFound"
+    assert "'abcdefabcdef'" in message
+    code, _, _ = error_of(
+        admin_client.delete_cluster_scheduler_config, ClusterSchedulerConfigId="abcdefabcdef"
+    )
+    assert code == "ResourceNotFound"
+
+
+# --- Audit ---------------------------------------------------------------------------------------
+def test_every_change_is_audited_naming_the_access_key_never_the_secret(
+    admin_client: Any, personas: Personas
+) -> None:
+    key = AccessKey.objects.get(user=personas.cluster_admin)
+    before = AuditEntry.objects.count()
+    admin_client.update_compute_quota(
+        ComputeQuotaId=quota_id(admin_client, "team-a"),
+        TargetVersion=1,
+        ComputeQuotaConfig=quota_request(gpus=5)["ComputeQuotaConfig"],
+    )
+    entries = list(AuditEntry.objects.order_by("id")[before:])
+    assert any(e.object_type == "team quota" and e.field == "quota" and e.new_value == "5" for e in entries)
+    assert {e.actor_name for e in entries} == {f"admin (access key {key.access_key_id})"}
+    assert all(e.actor_id == personas.cluster_admin.pk for e in entries)
+    secret = access_keys.secret_for(key)
+    assert not AuditEntry.objects.filter(new_value__contains=secret).exists()
+
+
+def test_a_refused_change_writes_nothing(admin_client: Any) -> None:
+    before = AuditEntry.objects.count()
+    error_of(admin_client.create_compute_quota, **quota_request("team-zeta"))
+    assert AuditEntry.objects.count() == before
