@@ -40,7 +40,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from allocations import access
+from allocations import access, bounded_json
 from allocations.models import SageMakerResource, Team
 
 from . import hyperpod
@@ -111,6 +111,7 @@ class Snapshot:
     scheduler: dict[str, Any] | None
     quotas: dict[str, dict[str, Any]]  # by team name
     teams: dict[int, Team]
+    configured_arn: str | None  # the cluster's hyperpod_cluster_arn, when set
 
 
 def _snapshot() -> Snapshot:
@@ -118,7 +119,18 @@ def _snapshot() -> Snapshot:
     bundle = hyperpod.export_policy(state).bundle
     quotas = {q["ComputeQuotaTarget"]["TeamName"]: q for q in bundle["ComputeQuotas"]}
     scheduler = bundle["ClusterSchedulerConfig"] if state.cluster is not None else None
-    return Snapshot(state, scheduler, quotas, {team.pk: team for team in state.teams})
+    arn = (state.cluster.backend_settings or {}).get(hyperpod.CLUSTER_ARN_SETTING) if state.cluster else None
+    configured = arn if isinstance(arn, str) and arn else None
+    return Snapshot(state, scheduler, quotas, {team.pk: team for team in state.teams}, configured)
+
+
+def _check_cluster_arn(snapshot: Snapshot, given: str) -> None:
+    """A Create names this cluster: its configured ARN when it has one (any ARN otherwise)."""
+    if snapshot.configured_arn and given != snapshot.configured_arn:
+        raise ApiError(
+            "ValidationException",
+            f"ClusterArn: {given!r} is not this cluster's ARN {snapshot.configured_arn!r}.",
+        )
 
 
 def _sync(snapshot: Snapshot, now: datetime) -> dict[str, SageMakerResource]:
@@ -138,6 +150,10 @@ def _sync(snapshot: Snapshot, now: datetime) -> dict[str, SageMakerResource]:
         row = rows.get((kind, team.pk if team else None))
         if row is None:
             row = _create_row(kind, team, request, digest, now, by="")
+        if snapshot.configured_arn and row.cluster_arn != snapshot.configured_arn:
+            # The cluster's configured ARN wins over what a Create gave before it was set.
+            row.cluster_arn = snapshot.configured_arn
+            row.save(update_fields=["cluster_arn"])
         elif row.state_digest != digest and row.deleted_at is None:
             row.version += 1
             row.state_digest = digest
@@ -237,7 +253,9 @@ def create_compute_quota(params: dict[str, Any], caller: Caller) -> dict[str, An
             f"ComputeQuotaTarget.TeamName: {team_name!r} is not a team of this cluster (teams: {known}); "
             "teams, with their members, are made in gpugov's console.",
         )
-    rows = _sync(_snapshot(), now)
+    snapshot = _snapshot()
+    _check_cluster_arn(snapshot, params["ClusterArn"])
+    rows = _sync(snapshot, now)
     row = next(r for r in rows.values() if r.team_id == team.pk)
     if row.deleted_at is None:
         raise ApiError(
@@ -326,7 +344,7 @@ def _quota_document(row: SageMakerResource, snapshot: Snapshot, *, summary: bool
         "Name": row.name,
         "ComputeQuotaVersion": row.version,
         "Status": "Created" if row.version == 1 else "Updated",
-        "ClusterArn": request["ClusterArn"],
+        "ClusterArn": row.cluster_arn,
         "ComputeQuotaConfig": request["ComputeQuotaConfig"],
         "ComputeQuotaTarget": request["ComputeQuotaTarget"],
         "ActivationState": request["ActivationState"],
@@ -366,7 +384,9 @@ def list_compute_quotas(params: dict[str, Any], caller: Caller) -> dict[str, Any
 def create_cluster_scheduler_config(params: dict[str, Any], caller: Caller) -> dict[str, Any]:
     _require_admin(caller, "CreateClusterSchedulerConfig")
     now = timezone.now()
-    rows = _sync(_snapshot(), now)
+    snapshot = _snapshot()
+    _check_cluster_arn(snapshot, params["ClusterArn"])
+    rows = _sync(snapshot, now)
     existing = [r for r in rows.values() if r.kind == Kind.CLUSTER_SCHEDULER_CONFIG]
     if existing and existing[0].deleted_at is None:
         raise ApiError(
@@ -443,7 +463,7 @@ def _scheduler_document(row: SageMakerResource, snapshot: Snapshot, *, summary: 
         "ClusterSchedulerConfigVersion": row.version,
         "Name": row.name,
         "Status": "Created" if row.version == 1 else "Updated",
-        "ClusterArn": snapshot.scheduler["ClusterArn"],
+        "ClusterArn": row.cluster_arn,
         "CreationTime": row.created_at.timestamp(),
         "LastModifiedTime": row.last_modified_at.timestamp(),
     }
@@ -539,8 +559,8 @@ def call(operation: str, body: bytes, caller: Caller) -> dict[str, Any]:
 
 def _load(body: bytes) -> dict[str, Any]:
     try:
-        params = json.loads(body.decode("utf-8") or "{}")
-    except (UnicodeDecodeError, ValueError) as exc:
+        params = bounded_json.loads(body.decode("utf-8") or "{}")
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONRefused (too deep, NaN) is a ValueError
         raise ApiError("SerializationException", f"The body is not JSON: {exc}") from exc
     if not isinstance(params, dict):
         raise ApiError(

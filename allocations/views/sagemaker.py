@@ -93,7 +93,9 @@ def _authenticate(request: HttpRequest) -> Caller:
             raise sigv4.SignatureProblem("InvalidSignatureException", f"Header {required!r} must be signed.")
     # 4.
     headers = {name.lower(): value for name, value in request.headers.items()}
-    headers["host"] = request.META.get("HTTP_HOST", "")
+    # The host the client signed: Host (or X-Forwarded-Host behind a proxy that sets it, with
+    # USE_X_FORWARDED_HOST), checked against ALLOWED_HOSTS by get_host.
+    headers["host"] = request.get_host()
     canonical = sigv4.canonical_request(
         method=request.method or "POST",
         path=request.path,

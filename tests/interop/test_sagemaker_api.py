@@ -380,3 +380,127 @@ def test_a_refused_change_writes_nothing(admin_client: Any) -> None:
     before = AuditEntry.objects.count()
     error_of(admin_client.create_compute_quota, **quota_request("team-zeta"))
     assert AuditEntry.objects.count() == before
+
+
+# --- The protocol, below the client: what botocore never sends --------------------------------
+def signed_post(user: Any, target: str, body: bytes) -> Any:
+    """``body`` POSTed to the endpoint with ``X-Amz-Target: target``, signed by botocore's
+    SigV4 signer with a new access key of ``user`` (Django's test client: no server needed)."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    from django.test import Client
+
+    key, secret = access_keys.access_key_create(user=user, actor=user)
+    request = AWSRequest(
+        method="POST",
+        url="http://testserver/aws/sagemaker/",
+        data=body,
+        headers={"Content-Type": "application/x-amz-json-1.1", "X-Amz-Target": target},
+    )
+    SigV4Auth(Credentials(key.access_key_id, secret), "sagemaker", settings.GPUGOV_AWS_REGION).add_auth(
+        request
+    )
+    headers = {name: value for name, value in request.headers.items() if name.lower() != "content-type"}
+    return Client().post(
+        "/aws/sagemaker/", data=body, content_type="application/x-amz-json-1.1", headers=headers
+    )
+
+
+def body(response: Any) -> dict[str, Any]:
+    return json.loads(response.content)
+
+
+@pytest.mark.parametrize(
+    ("target", "payload", "code"),
+    [
+        ("SageMaker.DescribeCluster", b"{}", "UnknownOperationException"),
+        ("SageMaker.ListComputeQuotas", b"not json", "SerializationException"),
+        ("SageMaker.ListComputeQuotas", b"[1, 2]", "SerializationException"),
+        ("SageMaker.ListComputeQuotas", b"[" * 5000 + b"]" * 5000, "SerializationException"),
+        ("SageMaker.ListComputeQuotas", b'{"MaxResults": 1000}', "ValidationException"),
+        ("SageMaker.UpdateComputeQuota", b'{"ComputeQuotaId": "abcdefabcdef"}', "ValidationException"),
+    ],
+)
+def test_a_bad_request_is_an_aws_error_never_a_500(
+    personas: Personas, target: str, payload: bytes, code: str
+) -> None:
+    response = signed_post(personas.cluster_admin, target, payload)
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/x-amz-json-1.1"
+    assert body(response)["__type"] == code
+    assert body(response)["message"]
+
+
+def test_a_missing_field_is_named(personas: Personas) -> None:
+    response = signed_post(
+        personas.cluster_admin, "SageMaker.UpdateComputeQuota", b'{"ComputeQuotaId": "abcdefabcdef"}'
+    )
+    assert "TargetVersion: is required" in body(response)["message"]
+
+
+def test_an_unsigned_request_or_a_get_is_refused_in_aws_shape(personas: Personas) -> None:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(personas.cluster_admin)  # a session alone is never accepted here
+    unsigned = client.post(
+        "/aws/sagemaker/",
+        data=b"{}",
+        content_type="application/x-amz-json-1.1",
+        headers={"X-Amz-Target": "SageMaker.ListComputeQuotas"},
+    )
+    assert (unsigned.status_code, body(unsigned)["__type"]) == (400, "MissingAuthenticationTokenException")
+    got = client.get("/aws/sagemaker/")
+    assert (got.status_code, body(got)["__type"]) == (405, "UnknownOperationException")
+
+
+def test_an_inactive_users_key_is_unrecognized(personas: Personas) -> None:
+    personas.cluster_admin.is_active = False
+    personas.cluster_admin.save()
+    response = signed_post(personas.cluster_admin, "SageMaker.ListComputeQuotas", b"{}")
+    assert body(response)["__type"] == "UnrecognizedClientException"
+
+
+def test_a_create_naming_another_cluster_is_refused(admin_client: Any, personas: Personas) -> None:
+    personas.cluster.backend_settings = {
+        "hyperpod_cluster_arn": "arn:aws:sagemaker:us-west-2:111122223333:cluster/zzzzz12345zz"
+    }
+    personas.cluster.save()
+    admin_client.delete_compute_quota(ComputeQuotaId=quota_id(admin_client, "team-b"))
+    code, message, _ = error_of(admin_client.create_compute_quota, **quota_request("team-b"))
+    assert code == "ValidationException"
+    assert f"ClusterArn: {ARN!r}" in message
+    # The configured ARN's account names the ARNs of the quotas.
+    summary = admin_client.list_compute_quotas()["ComputeQuotaSummaries"][0]
+    assert ":111122223333:compute-quota/" in summary["ComputeQuotaArn"]
+    assert summary["ClusterArn"].endswith("zzzzz12345zz")
+
+
+def test_team_roles_read_the_scheduler_config_and_outsiders_see_nothing(
+    live_server: Any, personas: Personas
+) -> None:
+    viewer = client_for(live_server, personas.viewer)
+    assert len(viewer.list_cluster_scheduler_configs()["ClusterSchedulerConfigSummaries"]) == 1
+    outsider = client_for(live_server, personas.outsider)
+    assert outsider.list_cluster_scheduler_configs()["ClusterSchedulerConfigSummaries"] == []
+    assert outsider.list_compute_quotas()["ComputeQuotaSummaries"] == []
+
+
+def test_an_admin_deleting_keys_in_the_django_admin_audits_each(personas: Personas) -> None:
+    from django.test import Client
+
+    key, _ = access_keys.access_key_create(user=personas.member, actor=personas.member)
+    client = Client()
+    client.force_login(personas.cluster_admin)
+    personas.cluster_admin.is_superuser = True
+    personas.cluster_admin.save()
+    response = client.post(
+        "/django-admin/allocations/accesskey/",
+        {"action": "delete_selected", "_selected_action": [key.pk], "post": "yes"},
+    )
+    assert response.status_code == 302
+    assert not AccessKey.objects.exists()
+    assert AuditEntry.objects.filter(
+        object_type="access key", action="delete", actor=personas.cluster_admin
+    ).exists()
