@@ -554,6 +554,9 @@ def call(operation: str, body: bytes, caller: Caller) -> dict[str, Any]:
     if problems:
         raise _validation(problems)
     with transaction.atomic():
+        # Lock the API's rows before reading the policy: a request that waited for another's
+        # change then reads the policy as changed, and counts that change as one version only.
+        list(SageMakerResource.objects.select_for_update().values_list("pk", flat=True))
         return handler(params, caller)
 
 

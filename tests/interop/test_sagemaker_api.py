@@ -504,3 +504,40 @@ def test_an_admin_deleting_keys_in_the_django_admin_audits_each(personas: Person
     assert AuditEntry.objects.filter(
         object_type="access key", action="delete", actor=personas.cluster_admin
     ).exists()
+
+
+# --- Two updates at once (PostgreSQL) ------------------------------------------------------------
+@pytest.mark.postgres
+def test_two_updates_of_one_version_at_once_give_one_change_and_one_conflict(
+    live_server: Any, personas: Personas
+) -> None:
+    """Two clients read version 1 and update it at once: one wins, the other is a
+    ConflictException, and the version counts the one change (not also the other's stale read).
+    The API's table is locked until both wait, the window a race needs."""
+    from django.db import connection
+
+    from allocations.models import SageMakerResource
+    from tests.races import race_behind_a_lock
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks need PostgreSQL (SQLite lets one writer in at a time)")
+    first, second = (client_for(live_server, personas.cluster_admin) for _ in range(2))
+    qid = quota_id(first, "team-a")
+    answers: dict[int, str] = {}
+
+    def update(client: Any, gpus: int) -> None:
+        config = quota_request(gpus=gpus)["ComputeQuotaConfig"]
+        try:
+            client.update_compute_quota(ComputeQuotaId=qid, TargetVersion=1, ComputeQuotaConfig=config)
+            answers[gpus] = "ok"
+        except ClientError as exc:
+            answers[gpus] = exc.response["Error"]["Code"]
+
+    both_in = race_behind_a_lock(
+        SageMakerResource._meta.db_table, [lambda: update(first, 3), lambda: update(second, 5)], wait_s=30
+    )
+    assert both_in, "the two requests were not both waiting for a lock"
+    assert sorted(answers.values()) == ["ConflictException", "ok"], answers
+    winner = next(gpus for gpus, answer in answers.items() if answer == "ok")
+    assert TeamQuota.objects.get(team=personas.team).quota == winner
+    assert first.describe_compute_quota(ComputeQuotaId=qid)["ComputeQuotaVersion"] == 2
