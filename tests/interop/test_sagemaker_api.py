@@ -5,7 +5,7 @@ operation mapped through the HyperPod import, errors in AWS's shapes, every chan
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -383,28 +383,37 @@ def test_a_refused_change_writes_nothing(admin_client: Any) -> None:
 
 
 # --- The protocol, below the client: what botocore never sends --------------------------------
-def signed_post(user: Any, target: str, body: bytes) -> Any:
-    """``body`` POSTed to the endpoint with ``X-Amz-Target: target``, signed by botocore's
-    SigV4 signer with a new access key of ``user`` (Django's test client: no server needed)."""
+def signer(user: Any) -> Callable[[str, bytes], Any]:
+    """A function that POSTs a body to the endpoint with ``X-Amz-Target: target``, signed by
+    botocore's SigV4 signer with a new access key of ``user`` (Django's test client: no server
+    needed)."""
     from botocore.auth import SigV4Auth
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
     from django.test import Client
 
     key, secret = access_keys.access_key_create(user=user, actor=user)
-    request = AWSRequest(
-        method="POST",
-        url="http://testserver/aws/sagemaker/",
-        data=body,
-        headers={"Content-Type": "application/x-amz-json-1.1", "X-Amz-Target": target},
-    )
-    SigV4Auth(Credentials(key.access_key_id, secret), "sagemaker", settings.GPUGOV_AWS_REGION).add_auth(
-        request
-    )
-    headers = {name: value for name, value in request.headers.items() if name.lower() != "content-type"}
-    return Client().post(
-        "/aws/sagemaker/", data=body, content_type="application/x-amz-json-1.1", headers=headers
-    )
+
+    def post(target: str, body: bytes) -> Any:
+        request = AWSRequest(
+            method="POST",
+            url="http://testserver/aws/sagemaker/",
+            data=body,
+            headers={"Content-Type": "application/x-amz-json-1.1", "X-Amz-Target": target},
+        )
+        SigV4Auth(Credentials(key.access_key_id, secret), "sagemaker", settings.GPUGOV_AWS_REGION).add_auth(
+            request
+        )
+        headers = {name: value for name, value in request.headers.items() if name.lower() != "content-type"}
+        return Client().post(
+            "/aws/sagemaker/", data=body, content_type="application/x-amz-json-1.1", headers=headers
+        )
+
+    return post
+
+
+def signed_post(user: Any, target: str, body: bytes) -> Any:
+    return signer(user)(target, body)
 
 
 def body(response: Any) -> dict[str, Any]:
@@ -541,3 +550,27 @@ def test_two_updates_of_one_version_at_once_give_one_change_and_one_conflict(
     winner = next(gpus for gpus, answer in answers.items() if answer == "ok")
     assert TeamQuota.objects.get(team=personas.team).quota == winner
     assert first.describe_compute_quota(ComputeQuotaId=qid)["ComputeQuotaVersion"] == 2
+
+
+def test_a_list_costs_the_same_queries_for_2_or_12_teams(personas: Personas) -> None:
+    """STYLE.md: API query counts do not grow with the data (once each team has its id)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests import factories as f
+
+    post = signer(personas.cluster_admin)
+    listing = b'{"MaxResults": 100}'
+
+    def queries() -> int:
+        post("SageMaker.ListComputeQuotas", listing)  # the first sight gives each team its id
+        with CaptureQueriesContext(connection) as captured:
+            response = post("SageMaker.ListComputeQuotas", listing)
+        assert response.status_code == 200
+        return len(captured)
+
+    few = queries()
+    for i in range(10):
+        f.make_team(f"team-x{i}", {personas.instance_type: 0})
+    assert queries() == few
+    assert len(body(post("SageMaker.ListComputeQuotas", listing))["ComputeQuotaSummaries"]) == 12
