@@ -75,6 +75,8 @@ class Caller:
 
     @property
     def actor(self) -> Any:
+        """The user as the services' ``actor``: the audit trail names them with this key
+        (``audit.actor_name`` reads ``audit_via``; the user row is this request's own copy)."""
         self.user.audit_via = f"access key {self.access_key_id}"
         return self.user
 
@@ -105,7 +107,7 @@ SCHEDULER_MEMBERS = ("SchedulerConfig",)
 
 @dataclass(slots=True)
 class Snapshot:
-    """The policy as HyperPod requests (the export), with the API's rows for it."""
+    """The policy as it is now and as HyperPod requests (the export, one per team)."""
 
     state: PolicyState
     scheduler: dict[str, Any] | None
@@ -154,7 +156,7 @@ def _sync(snapshot: Snapshot, now: datetime) -> dict[str, SageMakerResource]:
             # The cluster's configured ARN wins over what a Create gave before it was set.
             row.cluster_arn = snapshot.configured_arn
             row.save(update_fields=["cluster_arn"])
-        elif row.state_digest != digest and row.deleted_at is None:
+        if row.state_digest != digest and row.deleted_at is None:
             row.version += 1
             row.state_digest = digest
             row.last_modified_at = now
