@@ -242,6 +242,49 @@ def test_an_imported_hyperpod_policy_reads_back_through_the_api_equal_to_its_exp
     assert described["SchedulerConfig"] == document["ClusterSchedulerConfig"]["SchedulerConfig"]
 
 
+def test_a_hyperpod_policy_created_through_the_api_exports_back_equal(
+    live_server: Any, personas: Personas
+) -> None:
+    """The other way round: each request of the fixture sent as a Create (after a Delete of
+    what was there) gives back, in the export and in Describe, the request as sent."""
+    from tests import factories as f
+
+    f.make_team("team-c")
+    Team.objects.update(display_name="")
+    personas.cluster.backend_settings = {"hyperpod_cluster_arn": ARN}
+    personas.cluster.save()
+    document = json.loads((FIXTURES / "hyperpod-bundle.json").read_text())
+    client = client_for(live_server, personas.cluster_admin)
+
+    (scheduler,) = client.list_cluster_scheduler_configs()["ClusterSchedulerConfigSummaries"]
+    client.delete_cluster_scheduler_config(ClusterSchedulerConfigId=scheduler["ClusterSchedulerConfigId"])
+    sid = client.create_cluster_scheduler_config(**document["ClusterSchedulerConfig"])[
+        "ClusterSchedulerConfigId"
+    ]
+    ids = {}
+    for summary in client.list_compute_quotas()["ComputeQuotaSummaries"]:
+        client.delete_compute_quota(ComputeQuotaId=summary["ComputeQuotaId"])
+    for request in document["ComputeQuotas"]:
+        ids[request["ComputeQuotaTarget"]["TeamName"]] = client.create_compute_quota(**request)[
+            "ComputeQuotaId"
+        ]
+
+    bundle = hyperpod.export_policy().bundle
+    assert (
+        bundle["ClusterSchedulerConfig"]["SchedulerConfig"]
+        == document["ClusterSchedulerConfig"]["SchedulerConfig"]
+    )
+    described = client.describe_cluster_scheduler_config(ClusterSchedulerConfigId=sid)
+    assert described["Name"] == document["ClusterSchedulerConfig"]["Name"]
+    exported = {q["ComputeQuotaTarget"]["TeamName"]: q for q in bundle["ComputeQuotas"]}
+    for request in document["ComputeQuotas"]:
+        team = request["ComputeQuotaTarget"]["TeamName"]
+        described = client.describe_compute_quota(ComputeQuotaId=ids[team])
+        assert exported[team] == with_sagemaker_defaults(request), team
+        for member, value in with_sagemaker_defaults(request).items():
+            assert described[member] == value, (team, member)
+
+
 # --- Errors in AWS's shapes ----------------------------------------------------------------------
 def test_a_wrong_secret_is_invalid_signature(live_server: Any, personas: Personas) -> None:
     client = client_for(live_server, personas.cluster_admin, secret="x" * 40)
@@ -574,3 +617,31 @@ def test_a_list_costs_the_same_queries_for_2_or_12_teams(personas: Personas) -> 
         f.make_team(f"team-x{i}", {personas.instance_type: 0})
     assert queries() == few
     assert len(body(post("SageMaker.ListComputeQuotas", listing))["ComputeQuotaSummaries"]) == 12
+
+
+def test_an_update_with_what_describe_gave_changes_nothing_in_the_policy(admin_client: Any) -> None:
+    """Read, then write back unchanged (what a client that edits one field does first): no
+    setting changes, so the trail gets no entry; the version still counts the update."""
+    qid = quota_id(admin_client, "team-a")
+    described = admin_client.describe_compute_quota(ComputeQuotaId=qid)
+    before = AuditEntry.objects.count()
+    answer = admin_client.update_compute_quota(
+        ComputeQuotaId=qid,
+        TargetVersion=described["ComputeQuotaVersion"],
+        **{
+            m: described[m]
+            for m in ("ComputeQuotaConfig", "ComputeQuotaTarget", "ActivationState", "Description")
+        },
+    )
+    assert answer["ComputeQuotaVersion"] == described["ComputeQuotaVersion"] + 1
+    assert AuditEntry.objects.count() == before
+    again = admin_client.describe_compute_quota(ComputeQuotaId=qid)
+    assert {
+        k: v
+        for k, v in again.items()
+        if k not in ("ComputeQuotaVersion", "Status", "LastModifiedTime", "ResponseMetadata")
+    } == {
+        k: v
+        for k, v in described.items()
+        if k not in ("ComputeQuotaVersion", "Status", "LastModifiedTime", "ResponseMetadata")
+    }
