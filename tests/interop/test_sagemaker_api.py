@@ -1,5 +1,5 @@
 """SageMaker's API served on gpugov's policy (docs/interop.md "HyperPod's API"), driven by
-botocore's own SageMaker client (what boto3 wraps) against a live server: SigV4 checked, each
+boto3's SageMaker client, as a HyperPod user runs it, against a live server: SigV4 checked, each
 operation mapped through the HyperPod import, errors in AWS's shapes, every change audited."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import boto3
 import botocore.auth
-import botocore.session
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
@@ -42,9 +42,9 @@ def close_clients(live_server: Any) -> Iterator[None]:
 
 
 def client_for(live_server: Any, user: Any, *, secret: str | None = None, region: str | None = None) -> Any:
-    """botocore's SageMaker client signed with a new access key of ``user``."""
+    """boto3's SageMaker client signed with a new access key of ``user``."""
     key, made_secret = access_keys.access_key_create(user=user, actor=user)
-    client = botocore.session.get_session().create_client(
+    client = boto3.client(
         "sagemaker",
         endpoint_url=f"{live_server.url}/aws/sagemaker/",
         region_name=region or settings.GPUGOV_AWS_REGION,
