@@ -18,6 +18,7 @@ from django.utils import timezone
 from allocations import policy_fields
 from allocations.forms import policy as forms
 from allocations.models import (
+    AccessKey,
     ApiToken,
     AuditEntry,
     Cluster,
@@ -32,6 +33,7 @@ from allocations.models import (
     Team,
     TeamQuota,
 )
+from allocations.services import access_keys as access_key_services
 from allocations.services import memberships
 from allocations.services import policy as services
 from allocations.services import tokens as token_services
@@ -247,3 +249,29 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
         token_services.api_tokens_revoke(actor=request.user, tokens=queryset)
+
+
+@admin.register(AccessKey)
+class AccessKeyAdmin(admin.ModelAdmin):
+    """Access keys for SageMaker's API: listed by id (the secret is not stored) and deleted to
+    revoke them, through the access key services (audited). They are made on the Access keys
+    page or by ``manage.py issue_access_key``, never here."""
+
+    list_display = ["access_key_id", "user", "created_at", "last_used_at"]
+    list_select_related = ["user"]
+    search_fields = ["user__username", "access_key_id"]
+    readonly_fields = ["user", "access_key_id", "created_at", "last_used_at"]
+    exclude = ["salt"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def delete_model(self, request: HttpRequest, obj: AccessKey) -> None:
+        access_key_services.access_key_revoke(actor=request.user, key=obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        for key in queryset.select_related("user"):
+            access_key_services.access_key_revoke(actor=request.user, key=key)

@@ -965,3 +965,87 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"
+
+
+# --- SageMaker's API (allocations/interop/sagemaker_api.py) --------------------------------------
+class AccessKey(models.Model):
+    """An access key for SigV4-signed calls to ``/aws/sagemaker/`` (docs/interop.md).
+
+    SigV4 needs the secret itself to recompute each request's signature, so it cannot be kept as
+    a one-way hash. It is not stored at all: it is derived from ``SECRET_KEY`` and this row's
+    random ``salt`` (``services/access_keys.py``), so a copy of the database alone is no list of
+    working secrets, and deleting the row revokes the key (docs/security.md).
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="access_keys")
+    access_key_id = models.CharField(max_length=20, unique=True, editable=False)
+    salt = models.CharField(max_length=32, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(access_key_id__regex=r"^GKIA[A-Z2-7]{16}$"), name="access_key_id_shape"
+            ),
+            models.CheckConstraint(condition=Q(salt__regex=r"^[0-9a-f]{32}$"), name="access_key_salt_hex"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.access_key_id} ({self.user})"
+
+
+class SageMakerResource(models.Model):
+    """The identity SageMaker's API gives a part of the policy: a team's compute quota, or the
+    cluster's scheduler config. The settings themselves stay in Team, TeamQuota, ClusterPolicy
+    and PriorityClass; this row keeps the id, the name, the version and who made it.
+
+    ``version`` counts changes from any source: ``state_digest`` is a digest of the settings
+    when the version was last counted, and a read that finds them changed (by the console or
+    an import) counts one more. A row with ``deleted_at`` set answers ResourceNotFound.
+    """
+
+    class Kind(models.TextChoices):
+        COMPUTE_QUOTA = "compute-quota", "compute quota"
+        CLUSTER_SCHEDULER_CONFIG = "cluster-scheduler-config", "cluster scheduler config"
+
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    resource_id = models.CharField(max_length=12, unique=True, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    name = models.CharField(max_length=63)
+    cluster_arn = models.CharField(max_length=256)
+    # A scheduler config's Description (gpugov has no field of its own for it); a compute
+    # quota's is its team's display name.
+    description = models.CharField(max_length=1024, blank=True)
+    version = models.PositiveIntegerField(default=1)
+    state_digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+    created_by = models.CharField(max_length=150, blank=True)
+    last_modified_at = models.DateTimeField()
+    last_modified_by = models.CharField(max_length=150, blank=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(resource_id__regex=r"^[a-z0-9]{12}$"), name="sagemaker_resource_id"
+            ),
+            models.CheckConstraint(condition=Q(version__gte=1), name="sagemaker_resource_version"),
+            models.CheckConstraint(
+                condition=(Q(kind="compute-quota") & Q(team__isnull=False))
+                | (Q(kind="cluster-scheduler-config") & Q(team__isnull=True)),
+                name="sagemaker_resource_team_iff_quota",
+            ),
+            # One compute quota per team, one scheduler config per cluster.
+            models.UniqueConstraint(fields=["team"], name="sagemaker_resource_one_per_team"),
+            models.UniqueConstraint(
+                fields=["kind"],
+                condition=Q(kind="cluster-scheduler-config"),
+                name="sagemaker_resource_one_scheduler_config",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.resource_id} ({self.name})"

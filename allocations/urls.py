@@ -2,7 +2,7 @@
 
 from django.urls import include, path
 
-from .views import console, cycles, dashboards, docs, interop, reports, teams, whatif
+from .views import console, cycles, dashboards, docs, interop, reports, sagemaker, teams, whatif
 
 app_name = "allocations"
 
@@ -12,6 +12,7 @@ urlpatterns = [
     *cycles.urlpatterns,
     *dashboards.urlpatterns,
     *interop.urlpatterns,
+    *sagemaker.urlpatterns,
     *reports.urlpatterns,
     *whatif.urlpatterns,
     *docs.urlpatterns,

@@ -60,7 +60,11 @@ def actor_name(actor: Any) -> str:
     """Who acted, as kept in the trail even after the user is deleted ("system" for commands)."""
     if actor is None:
         return "system"
-    return str(actor.get_username())
+    # A change made through SageMaker's API names the access key that signed it (never its
+    # secret): allocations/interop/sagemaker_api.py sets ``audit_via`` on the acting user.
+    via = getattr(actor, "audit_via", "")
+    name = str(actor.get_username())
+    return f"{name} ({via})"[:150] if via else name
 
 
 def _entry(

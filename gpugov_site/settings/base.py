@@ -246,6 +246,14 @@ if GPUGOV_API_TOKEN_LIFETIME_DAYS < 1:
     raise ValueError(f"GPUGOV_API_TOKEN_LIFETIME_DAYS={GPUGOV_API_TOKEN_LIFETIME_DAYS} must be at least 1")
 if GPUGOV_API_TOKEN_LIMIT < 1:
     raise ValueError(f"GPUGOV_API_TOKEN_LIMIT={GPUGOV_API_TOKEN_LIMIT} must be at least 1")
+# SageMaker's API at /aws/sagemaker/ (docs/interop.md "HyperPod's API"): the region requests are
+# signed for, the account its ARNs name (the configured HyperPod cluster ARN's account wins), and
+# how many access keys one user may hold.
+GPUGOV_AWS_REGION = os.environ.get("GPUGOV_AWS_REGION", "us-west-2")
+GPUGOV_AWS_ACCOUNT_ID = os.environ.get("GPUGOV_AWS_ACCOUNT_ID", "000000000000")
+GPUGOV_ACCESS_KEY_LIMIT = env_int("GPUGOV_ACCESS_KEY_LIMIT", 2)
+if GPUGOV_ACCESS_KEY_LIMIT < 1:
+    raise ValueError(f"GPUGOV_ACCESS_KEY_LIMIT={GPUGOV_ACCESS_KEY_LIMIT} must be at least 1")
 # Requests per client address (and per email for password resets), "<count>/<second|minute|
 # hour|day>", counted in the cache (allocations/throttles.py); over the rate answers 429.
 GPUGOV_THROTTLE_RATES = {

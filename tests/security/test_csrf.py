@@ -22,6 +22,7 @@ ARGUMENTS = {
     "key": "live",
     "token": "x",
     "uidb64": "x",
+    "key_id": "GKIAAAAAAAAAAAAAAAAA",
 }
 # Views that take POSTs without the browser's session, so without CSRF by design.
 EXEMPT = {
@@ -31,6 +32,9 @@ EXEMPT = {
     # One-click unsubscribe from an email (RFC 8058): the signed token in the URL is the
     # authority, not the session, so a forged POST can do nothing the link itself could not.
     "allocations:report_unsubscribe",
+    # SageMaker's API: each request is SigV4-signed by an access key, carries no cookie, and a
+    # session alone is never accepted there (tests/interop/test_sagemaker_api.py).
+    "allocations:sagemaker_api",
 }
 # DRF views that only read: a POST is refused (by DRF's session CSRF check or as a method not
 # allowed) and changes nothing.
