@@ -188,28 +188,7 @@ def diff(imported: ImportedPolicy, state: PolicyState | None = None) -> list[Cha
             changes.append(Change("update", "cluster policy", "cluster policy", name, _text(old), _text(new)))
 
     # 2. Priority classes: the import's set replaces the current one.
-    if imported.priority_classes is not None:
-        current = {pc.name: pc for pc in state.priority_classes}
-        for name, weight in imported.priority_classes.items():
-            pc = current.get(name)
-            if pc is None:
-                changes.append(Change("create", "priority class", name, "weight", "", _text(weight)))
-            elif pc.weight != weight:
-                changes.append(
-                    Change("update", "priority class", name, "weight", _text(pc.weight), _text(weight))
-                )
-            for setting, new in imported.class_settings.get(name, {}).items():
-                if pc is None and new is not None:
-                    changes.append(Change("create", "priority class", name, setting, "", _text(new)))
-                elif pc is not None and getattr(pc, setting) != new:
-                    changes.append(
-                        Change(
-                            "update", "priority class", name, setting, _text(getattr(pc, setting)), _text(new)
-                        )
-                    )
-        for name, pc in current.items():
-            if name not in imported.priority_classes:
-                changes.append(Change("delete", "priority class", name, "weight", _text(pc.weight), ""))
+    changes.extend(_class_changes(imported, state))
 
     # 3. Teams and their quotas.
     teams = {team.name: team for team in state.teams}
@@ -262,6 +241,34 @@ def diff(imported: ImportedPolicy, state: PolicyState | None = None) -> list[Cha
                         "",
                     )
                 )
+    return changes
+
+
+def _class_changes(imported: ImportedPolicy, state: PolicyState) -> list[Change]:
+    """The priority classes' lines of ``diff``: created, deleted, or a field changed."""
+    changes: list[Change] = []
+    if imported.priority_classes is not None:
+        current = {pc.name: pc for pc in state.priority_classes}
+        for name, weight in imported.priority_classes.items():
+            pc = current.get(name)
+            if pc is None:
+                changes.append(Change("create", "priority class", name, "weight", "", _text(weight)))
+            elif pc.weight != weight:
+                changes.append(
+                    Change("update", "priority class", name, "weight", _text(pc.weight), _text(weight))
+                )
+            for setting, new in imported.class_settings.get(name, {}).items():
+                if pc is None and new is not None:
+                    changes.append(Change("create", "priority class", name, setting, "", _text(new)))
+                elif pc is not None and getattr(pc, setting) != new:
+                    changes.append(
+                        Change(
+                            "update", "priority class", name, setting, _text(getattr(pc, setting)), _text(new)
+                        )
+                    )
+        for name, pc in current.items():
+            if name not in imported.priority_classes:
+                changes.append(Change("delete", "priority class", name, "weight", _text(pc.weight), ""))
     return changes
 
 
