@@ -18,10 +18,11 @@ Settings, beside ``today`` (every new setting 0):
   every job longer than an hour;
 - ``min10``: the minimum runtime alone; ``ckpt30``: the checkpoints alone.
 
-Per history and setting it prints preemptions, lost GPU-hours, utilization, GPU-hours idle
-while jobs waited, the share of victims that had run less than 10 minutes, and the mean and
-p95 wait per priority class; then the issue's targets, compared. Wall times are printed, never
-asserted.
+Per history and setting it prints preemptions (by reason), lost GPU-hours, utilization,
+GPU-hours idle while jobs waited, the share of victims that had run less than 10 minutes, the
+victims taken in the instant they started and those started while their preemptor already
+waited, and the mean and p95 wait per priority class; then the issue's targets, compared. Wall
+times are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -86,6 +87,38 @@ def waits_by_class(result: Result) -> dict[str, list[float]]:
     return out
 
 
+def victim_runs(result: Result) -> tuple[int, int, int]:
+    """Of the preemptions: how many took a victim in the instant it started (a later cycle at
+    the same time), and how many a victim started while its preemptor already waited (what a
+    preemptor holding its place could have saved at most); and the preemptions counted. A
+    job's runs alternate with its ends, so its k-th preemption or eviction, in time order,
+    ends its k-th start."""
+    same_instant = started_after = total = 0
+    jobs = result.jobs
+    for job in jobs.values():
+        ends = sorted([(p.at, p.by) for p in job.preempted] + [(at, "") for at in job.evicted_at])
+        for (at, by), started in zip(ends, job.admitted_at, strict=False):
+            if not by:
+                continue  # an eviction: its node went down
+            total += 1
+            same_instant += started == at
+            preemptor = jobs.get(by)
+            if preemptor is None:
+                continue
+            queued = max([preemptor.submit] + [p.at for p in preemptor.preempted if p.at <= at])
+            started_after += started >= queued
+    return same_instant, started_after, total
+
+
+def by_reason(result: Result) -> str:
+    """The preemptions by reason, most first: "fair-share 4,237, reclaim 1,472"."""
+    counts: dict[str, int] = {}
+    for job in result.jobs.values():
+        for p in job.preempted:
+            counts[p.reason] = counts.get(p.reason, 0) + 1
+    return ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"
+
+
 def measure(name: str, build: Callable[[str], Any], settings: Iterable[str]) -> list[dict[str, Any]]:
     """Each setting's replay of one history: its figures, one row each."""
     rows = []
@@ -109,6 +142,8 @@ def measure(name: str, build: Callable[[str], Any], settings: Iterable[str]) -> 
                 else 0.0,
                 "idle_waiting": c.idle_while_waiting_gpu_hours,
                 "short": c.short_victims_share,
+                "runs": victim_runs(result),
+                "reasons": by_reason(result),
                 "per_job": c.preemptions_per_job,
                 "waits": {k: (sum(v) / len(v), percentile(v, 95)) for k, v in waits_by_class(result).items()},
                 "wall": wall,
@@ -182,21 +217,28 @@ def whatif_history(
 def table(rows: list[dict[str, Any]]) -> str:
     classes = sorted({k for r in rows for k in r["waits"]})
     head = (
-        "| history | setting | preemptions | per job | lost GPU-h | utilization | useful utilization "
+        "| history | setting | preemptions | by reason | per job | lost GPU-h | utilization | useful utilization "
         "| idle while waiting GPU-h "
-        "| victims < 10 min | " + " | ".join(f"wait {c} mean / p95" for c in classes) + " |"
+        "| victims < 10 min | victims of the instant they started | victims started after their preemptor queued | "
+        + " | ".join(f"wait {c} mean / p95" for c in classes)
+        + " |"
     )
-    lines = [head, "|---|---|" + "---:|" * (7 + len(classes))]
+    lines = [head, "|---|---|---:|---|" + "---:|" * (8 + len(classes))]
     for r in rows:
         waits = " | ".join(
             f"{r['waits'][c][0] / 60:.1f} / {r['waits'][c][1] / 60:.1f} min" if c in r["waits"] else "-"
             for c in classes
         )
         lines.append(
-            f"| {r['history']} | {r['setting']} | {r['preemptions']:,} | {r['per_job']:.2f} | {r['lost']:,.1f} "
-            f"| {100 * r['utilization']:.1f}% | {100 * r['useful']:.1f}% | {r['idle_waiting']:,.1f} | {100 * r['short']:.0f}% | {waits} |"
+            f"| {r['history']} | {r['setting']} | {r['preemptions']:,} | {r['reasons']} | {r['per_job']:.2f} | {r['lost']:,.1f} "
+            f"| {100 * r['utilization']:.1f}% | {100 * r['useful']:.1f}% | {r['idle_waiting']:,.1f} | {100 * r['short']:.0f}% "
+            f"| {_share(r['runs'][0], r['runs'][2])} | {_share(r['runs'][1], r['runs'][2])} | {waits} |"
         )
     return "\n".join(lines)
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part:,} ({100 * part / whole:.0f}%)" if whole else "0"
 
 
 def targets(rows: list[dict[str, Any]], top_class: str | None) -> list[str]:
