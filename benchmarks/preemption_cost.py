@@ -219,7 +219,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| history | setting | preemptions | by reason | per job | lost GPU-h | utilization | useful utilization "
         "| idle while waiting GPU-h "
-        "| victims < 10 min | victims of the instant they started | victims started after their preemptor queued | "
+        "| victims < 10 min | victims of the instant they started | victims started while their preemptor waited | "
         + " | ".join(f"wait {c} mean / p95" for c in classes)
         + " |"
     )
