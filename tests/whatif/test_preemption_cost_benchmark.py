@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 from tests.conftest import REPO
@@ -32,10 +33,11 @@ def test_the_preemption_cost_benchmark_runs_on_a_small_history() -> None:
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    for setting in ("today", "min10+ckpt30", "min10", "ckpt30"):
+    for setting in ("today", "min10+ckpt30", "min10", "ckpt30", "min10+ckpt10all"):
         assert f"| what-if 85% | {setting} |" in out
     assert "wait inference mean / p95" in out
-    assert "what-if 85%: preemptions x" in out and "(target <= 0.25 each)" in out
+    assert "what-if 85% min10+ckpt30: preemptions x" in out and "(target <= 0.25 each)" in out
+    assert "what-if 85% min10+ckpt10all: preemptions x" in out
 
 
 def test_checkpoints_go_to_jobs_longer_than_an_hour_only() -> None:
@@ -47,6 +49,25 @@ def test_checkpoints_go_to_jobs_longer_than_an_hour_only() -> None:
     assert marked["policy"] == {"min_runtime_s": 600}
     assert [j.get("checkpoint_interval_s") for j in marked["jobs"]] == [None, 1800, 1800]
     assert data["policy"] == {}  # the history itself is left as it was
+    every = preemption_cost.with_costs(data, "min10+ckpt10all")
+    assert every["policy"] == {"min_runtime_s": 600}
+    assert [j.get("checkpoint_interval_s") for j in every["jobs"]] == [600, 600, 600]
+    assert "checkpoint_interval_s" not in preemption_cost.with_costs(data, "min10")["jobs"][2]
+
+
+def test_a_marked_trace_checkpoints_long_jobs_or_every_job(tmp_path: Path) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import preemption_cost
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,duration\n1,60\n2,3601\n3,\n")
+
+    def marks(*args: object) -> list[str]:
+        out = preemption_cost.marked_trace(trace, tmp_path / "out.csv", *args)  # type: ignore[arg-type]
+        return [line.rsplit(",", 1)[1] for line in out.read_text().splitlines()]
+
+    assert marks() == ["checkpoint_interval_s", "", "1800", ""]
+    assert marks(600, False) == ["checkpoint_interval_s", "600", "600", "600"]
 
 
 def test_victim_runs_pairs_each_preemption_with_the_start_it_ended() -> None:
