@@ -16,12 +16,15 @@ Settings, beside ``today`` (every new setting 0):
 
 - ``min10+ckpt30``: a minimum runtime of 10 minutes, and a checkpoint every 30 minutes for
   every job longer than an hour;
-- ``min10``: the minimum runtime alone; ``ckpt30``: the checkpoints alone.
+- ``min10``: the minimum runtime alone; ``ckpt30``: the checkpoints alone;
+- ``min10+ckpt10all``: the minimum runtime and a checkpoint every 10 minutes for every job
+  (a checkpoint falls where each protection ends).
 
-Per history and setting it prints preemptions, lost GPU-hours, utilization, GPU-hours idle
-while jobs waited, the share of victims that had run less than 10 minutes, and the mean and
-p95 wait per priority class; then the issue's targets, compared. Wall times are printed, never
-asserted.
+Per history and setting it prints preemptions (by reason), lost GPU-hours, utilization,
+GPU-hours idle while jobs waited, the share of victims that had run less than 10 minutes, the
+victims taken in the instant they started and those started while their preemptor already
+waited, and the mean and p95 wait per priority class; then the issue's targets, compared. Wall
+times are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -47,20 +50,31 @@ TRACES = REPO.parent / "shared" / "traces"
 MIN_RUNTIME_S = 600
 CHECKPOINT_S = 1800
 LONG_JOB_S = 3600  # jobs longer than this checkpoint
-SETTINGS = ("today", "min10+ckpt30", "min10", "ckpt30")
+# Each setting: (minimum runtime, checkpoint interval, whether only jobs longer than an hour
+# checkpoint), in seconds.
+COSTS: dict[str, tuple[int, int, bool]] = {
+    "today": (0, 0, True),
+    "min10+ckpt30": (MIN_RUNTIME_S, CHECKPOINT_S, True),
+    "min10": (MIN_RUNTIME_S, 0, True),
+    "ckpt30": (0, CHECKPOINT_S, True),
+    "min10+ckpt10all": (MIN_RUNTIME_S, 600, False),
+}
+SETTINGS = tuple(COSTS)
 NO_CLASS = "(none)"
 
 
 def with_costs(data: dict[str, Any], setting: str) -> dict[str, Any]:
     """The scenario ``data`` under ``setting``: a minimum runtime on its policy, checkpoints on
-    its long jobs (a file's ``jobs``; a trace's are marked in its CSV, ``marked_trace``)."""
+    its jobs, or its long ones (a file's ``jobs``; a trace's are marked in its CSV,
+    ``marked_trace``)."""
+    min_runtime, interval, long_only = COSTS[setting]
     data = {**data, "policy": dict(data.get("policy") or {})}
-    if "min10" in setting:
-        data["policy"]["min_runtime_s"] = MIN_RUNTIME_S
-    if "ckpt30" in setting and "jobs" in data:
+    if min_runtime:
+        data["policy"]["min_runtime_s"] = min_runtime
+    if interval and "jobs" in data:
         # A job without a duration runs until the end: long.
         data["jobs"] = [
-            {**job, "checkpoint_interval_s": CHECKPOINT_S} if _long(job.get("duration")) else job
+            {**job, "checkpoint_interval_s": interval} if not long_only or _long(job.get("duration")) else job
             for job in data["jobs"]
         ]
     return data
@@ -86,6 +100,38 @@ def waits_by_class(result: Result) -> dict[str, list[float]]:
     return out
 
 
+def victim_runs(result: Result) -> tuple[int, int, int]:
+    """Of the preemptions: how many took a victim in the instant it started (a later cycle at
+    the same time), and how many a victim started while its preemptor already waited (what a
+    preemptor holding its place could have saved at most); and the preemptions counted. A
+    job's runs alternate with its ends, so its k-th preemption or eviction, in time order,
+    ends its k-th start."""
+    same_instant = started_after = total = 0
+    jobs = result.jobs
+    for job in jobs.values():
+        ends = sorted([(p.at, p.by) for p in job.preempted] + [(at, "") for at in job.evicted_at])
+        for (at, by), started in zip(ends, job.admitted_at, strict=False):
+            if not by:
+                continue  # an eviction: its node went down
+            total += 1
+            same_instant += started == at
+            preemptor = jobs.get(by)
+            if preemptor is None:
+                continue
+            queued = max([preemptor.submit] + [p.at for p in preemptor.preempted if p.at <= at])
+            started_after += started >= queued
+    return same_instant, started_after, total
+
+
+def by_reason(result: Result) -> str:
+    """The preemptions by reason, most first: "fair-share 4,237, reclaim 1,472"."""
+    counts: dict[str, int] = {}
+    for job in result.jobs.values():
+        for p in job.preempted:
+            counts[p.reason] = counts.get(p.reason, 0) + 1
+    return ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))) or "-"
+
+
 def measure(name: str, build: Callable[[str], Any], settings: Iterable[str]) -> list[dict[str, Any]]:
     """Each setting's replay of one history: its figures, one row each."""
     rows = []
@@ -109,6 +155,8 @@ def measure(name: str, build: Callable[[str], Any], settings: Iterable[str]) -> 
                 else 0.0,
                 "idle_waiting": c.idle_while_waiting_gpu_hours,
                 "short": c.short_victims_share,
+                "runs": victim_runs(result),
+                "reasons": by_reason(result),
                 "per_job": c.preemptions_per_job,
                 "waits": {k: (sum(v) / len(v), percentile(v, 95)) for k, v in waits_by_class(result).items()},
                 "wall": wall,
@@ -121,8 +169,9 @@ def measure(name: str, build: Callable[[str], Any], settings: Iterable[str]) -> 
 # -- Philly MIX1 -------------------------------------------------------------------------------
 
 
-def marked_trace(trace: Path, out: Path) -> Path:
-    """The trace with a ``checkpoint_interval_s`` column: 1800 for jobs longer than an hour."""
+def marked_trace(trace: Path, out: Path, interval: int = CHECKPOINT_S, long_only: bool = True) -> Path:
+    """The trace with a ``checkpoint_interval_s`` column: ``interval`` for every job, or only
+    for those longer than an hour."""
     with trace.open(newline="") as src, out.open("w", newline="") as dst:
         reader = csv.reader(src)
         writer = csv.writer(dst)
@@ -134,7 +183,7 @@ def marked_trace(trace: Path, out: Path) -> Path:
                 long_job = float(row[at]) > LONG_JOB_S
             except (ValueError, IndexError):
                 long_job = False
-            writer.writerow([*row, CHECKPOINT_S if long_job else ""])
+            writer.writerow([*row, interval if long_job or not long_only else ""])
     return out
 
 
@@ -142,12 +191,15 @@ def philly(trace: Path, vc_nodes: Path, tmp: Path, settings: list[str]) -> list[
     import trace_replay
 
     quotas = trace_replay.vc_quotas(vc_nodes)
-    marked = marked_trace(trace, tmp / "philly-mix1-checkpoints.csv")
 
     def build(setting: str) -> Any:
-        source = marked if "ckpt30" in setting else trace
+        _, interval, long_only = COSTS[setting]
+        source = trace
+        if interval:
+            out = tmp / f"philly-mix1-checkpoints-{interval}-{'long' if long_only else 'all'}.csv"
+            source = marked_trace(trace, out, interval, long_only)
         data = with_costs(trace_replay.scenario_data("fair-share", source, quotas), setting)
-        if "ckpt30" in setting:
+        if interval:
             data["jobs_csv"]["columns"]["checkpoint_interval_s"] = "checkpoint_interval_s"
         return parse_scenario(data, base_dir=source.parent, name=f"philly-{setting}")
 
@@ -182,47 +234,57 @@ def whatif_history(
 def table(rows: list[dict[str, Any]]) -> str:
     classes = sorted({k for r in rows for k in r["waits"]})
     head = (
-        "| history | setting | preemptions | per job | lost GPU-h | utilization | useful utilization "
+        "| history | setting | preemptions | by reason | per job | lost GPU-h | utilization | useful utilization "
         "| idle while waiting GPU-h "
-        "| victims < 10 min | " + " | ".join(f"wait {c} mean / p95" for c in classes) + " |"
+        "| victims < 10 min | victims of the instant they started | victims started while their preemptor waited | "
+        + " | ".join(f"wait {c} mean / p95" for c in classes)
+        + " |"
     )
-    lines = [head, "|---|---|" + "---:|" * (7 + len(classes))]
+    lines = [head, "|---|---|---:|---|" + "---:|" * (8 + len(classes))]
     for r in rows:
         waits = " | ".join(
             f"{r['waits'][c][0] / 60:.1f} / {r['waits'][c][1] / 60:.1f} min" if c in r["waits"] else "-"
             for c in classes
         )
         lines.append(
-            f"| {r['history']} | {r['setting']} | {r['preemptions']:,} | {r['per_job']:.2f} | {r['lost']:,.1f} "
-            f"| {100 * r['utilization']:.1f}% | {100 * r['useful']:.1f}% | {r['idle_waiting']:,.1f} | {100 * r['short']:.0f}% | {waits} |"
+            f"| {r['history']} | {r['setting']} | {r['preemptions']:,} | {r['reasons']} | {r['per_job']:.2f} | {r['lost']:,.1f} "
+            f"| {100 * r['utilization']:.1f}% | {100 * r['useful']:.1f}% | {r['idle_waiting']:,.1f} | {100 * r['short']:.0f}% "
+            f"| {_share(r['runs'][0], r['runs'][2])} | {_share(r['runs'][1], r['runs'][2])} | {waits} |"
         )
     return "\n".join(lines)
 
 
+def _share(part: int, whole: int) -> str:
+    return f"{part:,} ({100 * part / whole:.0f}%)" if whole else "0"
+
+
 def targets(rows: list[dict[str, Any]], top_class: str | None) -> list[str]:
-    """The issue's targets for ``min10+ckpt30`` against ``today``, per history."""
+    """The issue's targets, for ``min10+ckpt30`` (the issue's setting) and each other setting
+    with a minimum runtime, against ``today``, per history."""
     out = []
     for name in dict.fromkeys(r["history"] for r in rows):
         by = {r["setting"]: r for r in rows if r["history"] == name}
-        if "today" not in by or "min10+ckpt30" not in by:
-            continue
-        today, new = by["today"], by["min10+ckpt30"]
-
-        def share(key: str, today: dict[str, Any] = today, new: dict[str, Any] = new) -> str:
-            return f"{new[key] / today[key]:.2f}" if today[key] else "-"
-
-        gap = 100 * (new["utilization"] - today["utilization"])
-        useful = 100 * (new["useful"] - today["useful"])
-        line = (
-            f"{name}: preemptions x{share('preemptions')}, lost GPU-h x{share('lost')} (target <= 0.25 each); "
-            f"utilization {gap:+.2f} points (target within 1), useful utilization {useful:+.2f} points"
-        )
-        cls = top_class if top_class in today["waits"] else NO_CLASS
-        if cls in today["waits"] and cls in new["waits"]:
-            more = (new["waits"][cls][1] - today["waits"][cls][1]) / 60
-            line += f"; {cls} p95 wait {more:+.1f} min (target <= +{MIN_RUNTIME_S / 60:.0f})"
-        out.append(line)
+        for setting in by:
+            if "today" in by and COSTS[setting][0]:
+                out.append(_targets(f"{name} {setting}", by["today"], by[setting], top_class))
     return out
+
+
+def _targets(name: str, today: dict[str, Any], new: dict[str, Any], top_class: str | None) -> str:
+    def share(key: str) -> str:
+        return f"{new[key] / today[key]:.2f}" if today[key] else "-"
+
+    gap = 100 * (new["utilization"] - today["utilization"])
+    useful = 100 * (new["useful"] - today["useful"])
+    line = (
+        f"{name}: preemptions x{share('preemptions')}, lost GPU-h x{share('lost')} (target <= 0.25 each); "
+        f"utilization {gap:+.2f} points (target within 1), useful utilization {useful:+.2f} points"
+    )
+    cls = top_class if top_class in today["waits"] else NO_CLASS
+    if cls in today["waits"] and cls in new["waits"]:
+        more = (new["waits"][cls][1] - today["waits"][cls][1]) / 60
+        line += f"; {cls} p95 wait {more:+.1f} min (target <= +{MIN_RUNTIME_S / 60:.0f})"
+    return line
 
 
 def main() -> int:
