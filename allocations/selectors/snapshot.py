@@ -17,7 +17,14 @@ from typing import Any
 from allocations import engine
 from allocations.choices import ACTIVE_JOB_STATES, JobState, NodeState
 from allocations.models import ClusterPolicy, InstanceType, Job, Node, PriorityClass, Team, TeamQuota
-from allocations.policy_fields import ENGINE_TEAM_LIMITS, QUOTA_FIELDS, TEAM_SETTINGS, engine_team
+from allocations.policy_fields import (
+    ENGINE_TEAM_LIMITS,
+    INSTANCE_TYPE_FIELDS,
+    QUOTA_FIELDS,
+    TEAM_SETTINGS,
+    engine_instance_type,
+    engine_team,
+)
 from allocations.selectors.fairness import borrowed_history, borrowed_lately
 
 
@@ -59,8 +66,8 @@ def policy_snapshot() -> engine.Snapshot:
     Every node is included (only ``ready`` ones count towards capacity); every team, active or
     not, so that an inactive team's jobs get their ``team-inactive`` reason."""
     instance_types = tuple(
-        engine.InstanceType(name=name, gpus_per_node=gpus)
-        for name, gpus in InstanceType.objects.order_by("name").values_list("name", "gpus_per_node")
+        engine_instance_type(row)
+        for row in InstanceType.objects.order_by("name").values(*INSTANCE_TYPE_FIELDS)
     )
     nodes = tuple(
         engine.Node(name=name, instance_type=type_name, gpus=gpus, ready=state == NodeState.READY)
@@ -123,6 +130,10 @@ def build_snapshot(now: datetime) -> engine.Snapshot:
                 None if row["checkpoint_interval_s"] is None else float(row["checkpoint_interval_s"])
             ),
             progress_kept_s=row["progress_kept_s"],
+            # docs/resources.md 3: None and {} (every job of GPUs alone) leave the defaults.
+            vcpus=row["vcpus"],
+            memory_gib=row["memory_gib"],
+            partitions=tuple(sorted((str(k), int(v)) for k, v in (row["partitions"] or {}).items())),
         )
         # The live states as the job_live partial index names them, so that SQLite uses it too.
         for row in Job.objects.filter(state__in=ACTIVE_JOB_STATES)
@@ -143,6 +154,9 @@ def build_snapshot(now: datetime) -> engine.Snapshot:
             "submitter__username",
             "checkpoint_interval_s",
             "progress_kept_s",
+            "vcpus",
+            "memory_gib",
+            "partitions",
         )
     )
     snapshot = policy_snapshot()
