@@ -170,6 +170,10 @@ def test_a_job_of_partitions_is_submitted_from_the_queue_page(personas, member, 
     assert response.status_code == 302, response.content.decode()[:3000]
     job = Job.objects.get()
     assert (job.gpus, job.vcpus, job.memory_gib, job.partitions) == (0, 8, None, {"mig-1g.10gb": 2})
+    html = member.get(response["Location"]).content.decode()
+    assert '<dd class="job-partitions">2 mig-1g.10gb</dd>' in html
+    assert '<dd class="job-vcpus">8</dd>' in html
+    assert "job-memory" not in html  # left out: its node share, nothing to show
 
 
 @pytest.mark.parametrize(
