@@ -106,10 +106,17 @@ class ClusterPolicy(models.Model):
 
 
 class InstanceType(models.Model):
-    """A kind of accelerator node. Quotas and jobs are counted in whole GPUs of one type."""
+    """A kind of accelerator node. Quotas and jobs are counted in whole GPUs of one type and,
+    when the type declares them, in vCPU, memory and GPU partitions (docs/resources.md 1)."""
 
     name = models.CharField(max_length=64, unique=True, help_text="e.g. ml.p5.48xlarge")
     gpus_per_node = models.PositiveSmallIntegerField()
+    # docs/resources.md 1: 0 and {} (every existing row) count GPUs alone.
+    vcpus_per_node = models.PositiveIntegerField(default=0, help_text="0: vCPU not counted")
+    memory_gib_per_node = models.PositiveIntegerField(default=0, help_text="GiB; 0: memory not counted")
+    partitions_per_node = models.JSONField(
+        default=dict, blank=True, help_text='{profile: count per node}, e.g. {"mig-1g.10gb": 14}'
+    )
     price_per_gpu_hour = models.DecimalField(max_digits=10, decimal_places=4, default=0)
     description = models.CharField(max_length=200, blank=True)
 
@@ -325,6 +332,17 @@ class TeamQuota(models.Model):
     lend_limit = models.PositiveIntegerField(
         null=True, blank=True, help_text="At most this many unused GPUs are lent; empty = the whole quota"
     )
+    # docs/resources.md 2: the per-resource form (None and {}: not named, the ratio rule gives
+    # vCPU and memory, a partition is 0) or ``instances`` (N nodes' worth of everything, when
+    # ``quota`` is N times the type's GPUs per node). Every existing row names none: GPUs alone.
+    vcpus = models.PositiveIntegerField(null=True, blank=True, help_text="vCPU; empty: the ratio")
+    memory_gib = models.PositiveIntegerField(null=True, blank=True, help_text="GiB; empty: the ratio")
+    partitions = models.JSONField(default=dict, blank=True, help_text="{profile: count}")
+    instances = models.PositiveIntegerField(null=True, blank=True, help_text="N nodes' worth of everything")
+    # Absolute borrow limits of the other resources; one not named keeps the percentage.
+    borrow_limit_vcpus = models.PositiveIntegerField(null=True, blank=True)
+    borrow_limit_memory_gib = models.PositiveIntegerField(null=True, blank=True)
+    borrow_limit_partitions = models.JSONField(default=dict, blank=True, help_text="{profile: count}")
 
     class Meta:
         ordering = ["team__name", "instance_type__name"]
@@ -350,6 +368,11 @@ class TeamQuota(models.Model):
             models.CheckConstraint(
                 condition=Q(lend_limit__isnull=True) | Q(lend_limit__gte=0, lend_limit__lte=F("quota")),
                 name="quota_lend_limit_within_quota",
+            ),
+            # docs/resources.md 2: instances stands alone.
+            models.CheckConstraint(
+                condition=Q(instances__isnull=True) | Q(vcpus__isnull=True, memory_gib__isnull=True),
+                name="quota_instances_alone",
             ),
         ]
 
@@ -387,6 +410,12 @@ class Job(models.Model):
     name = models.CharField(max_length=200)
     instance_type = models.ForeignKey(InstanceType, on_delete=models.PROTECT, related_name="jobs")
     gpus = models.PositiveIntegerField()
+    # docs/resources.md 3: vCPU and memory asked (None: its GPUs' share of their node, every
+    # existing row) and GPU partitions asked ({profile: count}; a job of partitions alone has
+    # 0 GPUs).
+    vcpus = models.PositiveIntegerField(null=True, blank=True)
+    memory_gib = models.PositiveIntegerField(null=True, blank=True)
+    partitions = models.JSONField(default=dict, blank=True)
     priority_class = models.ForeignKey(
         PriorityClass, on_delete=models.SET_NULL, null=True, blank=True, related_name="jobs"
     )
@@ -440,7 +469,8 @@ class Job(models.Model):
             models.Index(fields=["id"], condition=Q(state__in=choices.ACTIVE_JOB_STATES), name="job_live"),
         ]
         constraints = [
-            models.CheckConstraint(condition=Q(gpus__gte=1), name="job_gpus_positive"),
+            # A job asks for GPUs, partitions or both; never for nothing (docs/resources.md 3).
+            models.CheckConstraint(condition=Q(gpus__gte=1) | ~Q(partitions={}), name="job_asks_something"),
             models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid"),
             models.CheckConstraint(
                 condition=Q(checkpoint_interval_s__isnull=True) | Q(checkpoint_interval_s__gte=0),

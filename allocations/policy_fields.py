@@ -17,7 +17,16 @@ from typing import Any
 from allocations import engine
 from allocations.choices import BorrowLimitKind
 
-INSTANCE_TYPE_FIELDS = ("name", "gpus_per_node", "price_per_gpu_hour", "description")
+INSTANCE_TYPE_FIELDS = (
+    "name",
+    "gpus_per_node",
+    "price_per_gpu_hour",
+    "description",
+    # docs/resources.md 1: 0, 0 and {} count GPUs alone.
+    "vcpus_per_node",
+    "memory_gib_per_node",
+    "partitions_per_node",
+)
 NODE_FIELDS = ("name", "instance_type", "gpus", "state", "reason")
 PRIORITY_CLASS_FIELDS = ("name", "weight", "description", "min_runtime_s", "preemption_grace_s")
 CLUSTER_FIELDS = ("name", "backend_kind", "backend_settings", "time_zone")
@@ -61,7 +70,34 @@ DRAFT_TEAM_SETTINGS = (*TEAM_SETTINGS, *ENGINE_TEAM_LIMITS)
 # A priority class's settings beside its weight that the engine decides with (docs/preemption.md).
 PRIORITY_CLASS_ENGINE_SETTINGS = ("min_runtime_s", "preemption_grace_s")
 TEAM_FIELDS = ("name", *TEAM_SETTINGS, *TEAM_LIMITS)
-QUOTA_FIELDS = ("quota", "borrow_limit_kind", "borrow_limit_percent", "borrow_limit", "lend_limit")
+# docs/resources.md 2: a quota's resources besides its GPUs (``quota``), and absolute borrow
+# limits of those resources; every one left at its default means GPUs alone.
+QUOTA_RESOURCE_FIELDS = (
+    "vcpus",
+    "memory_gib",
+    "partitions",
+    "instances",
+    "borrow_limit_vcpus",
+    "borrow_limit_memory_gib",
+    "borrow_limit_partitions",
+)
+QUOTA_FIELDS = (
+    "quota",
+    "borrow_limit_kind",
+    "borrow_limit_percent",
+    "borrow_limit",
+    "lend_limit",
+    *QUOTA_RESOURCE_FIELDS,
+)
+QUOTA_RESOURCE_DEFAULTS: dict[str, Any] = {
+    "vcpus": None,
+    "memory_gib": None,
+    "partitions": {},
+    "instances": None,
+    "borrow_limit_vcpus": None,
+    "borrow_limit_memory_gib": None,
+    "borrow_limit_partitions": {},
+}
 # A quota row with these values means the same as no row (POLICY.md section 1's defaults).
 QUOTA_DEFAULTS: dict[str, Any] = {
     "quota": 0,
@@ -69,19 +105,60 @@ QUOTA_DEFAULTS: dict[str, Any] = {
     "borrow_limit_percent": 50,
     "borrow_limit": None,
     "lend_limit": None,
+    **QUOTA_RESOURCE_DEFAULTS,
 }
+# The job's fields that say what it asks besides its GPUs (docs/resources.md 3).
+JOB_RESOURCE_FIELDS = ("vcpus", "memory_gib", "partitions")
+
+
+def _pairs(mapping: Mapping[str, int] | None) -> tuple[tuple[str, int], ...]:
+    """A stored {name: amount} as the engine's sorted (name, amount) pairs."""
+    return tuple(sorted((str(k), int(v)) for k, v in (mapping or {}).items()))
+
+
+def engine_instance_type(values: Mapping[str, Any]) -> engine.InstanceType:
+    """An instance type's fields (``INSTANCE_TYPE_FIELDS``) as the engine's InstanceType."""
+    return engine.InstanceType(
+        name=values["name"],
+        gpus_per_node=values["gpus_per_node"],
+        vcpus_per_node=values.get("vcpus_per_node") or 0,
+        memory_gib_per_node=values.get("memory_gib_per_node") or 0,
+        partitions_per_node=_pairs(values.get("partitions_per_node")),
+    )
+
+
+def quota_resource_pairs(values: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The per-resource form's entries other than GPUs, as ``engine.Quota.resources``."""
+    named = {"vcpus": values.get("vcpus"), "memory_gib": values.get("memory_gib")}
+    out = {k: v for k, v in named.items() if v is not None}
+    out.update(values.get("partitions") or {})
+    return _pairs(out)
+
+
+def borrow_limit_pairs(values: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The absolute borrow limits other than GPUs, as ``engine.Quota.borrow_limits``."""
+    named = {"vcpus": values.get("borrow_limit_vcpus"), "memory_gib": values.get("borrow_limit_memory_gib")}
+    out = {k: v for k, v in named.items() if v is not None}
+    out.update(values.get("borrow_limit_partitions") or {})
+    return _pairs(out)
 
 
 def engine_quota(values: Mapping[str, Any]) -> engine.Quota:
     """A quota's fields (``QUOTA_FIELDS``) as the engine's Quota: the borrow limit's kind picks
-    which of the three limits is in force."""
+    which of the three limits is in force. The resource fields may be missing (a what-if draft
+    saved before they existed): missing means GPUs alone."""
     kind = values["borrow_limit_kind"]
+    instances = values.get("instances")
     return engine.Quota(
         quota=values["quota"],
         lend_limit=values["lend_limit"],
         borrow_limit_percent=values["borrow_limit_percent"],
         borrow_limit=values["borrow_limit"] if kind == BorrowLimitKind.ABSOLUTE else None,
         borrow_unlimited=kind == BorrowLimitKind.UNLIMITED,
+        # With instances, ``quota`` is kept at N times the GPUs per node by the services.
+        resources=() if instances is not None else quota_resource_pairs(values),
+        instances=instances,
+        borrow_limits=borrow_limit_pairs(values),
     )
 
 

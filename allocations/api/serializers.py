@@ -29,6 +29,7 @@ from allocations.models import (
 )
 from allocations.services import memberships
 from allocations.services.jobs import MAX_REQUESTED_DURATION
+from allocations.services.policy import MAX_RESOURCE
 
 
 def with_values(detail: Any, data: Any) -> Any:
@@ -95,7 +96,41 @@ class ErrorsQuoteValues:
             raise serializers.ValidationError(with_values(exc.detail, data)) from exc
 
 
+class CountField(serializers.IntegerField):
+    """A whole count whose errors quote the value: inside a mapping, ``with_values`` does not
+    reach it."""
+
+    def to_internal_value(self, data: Any) -> int:
+        try:
+            return int(super().to_internal_value(data))
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError([f"{msg} (got {data!r})" for msg in exc.detail]) from exc
+
+
+def partitions_field(low: int, help_text: str, **kwargs: Any) -> serializers.DictField:
+    """{partition profile: count} (docs/resources.md 8): the counts are checked here, the
+    profiles' names by the services (against the instance type's, where it has one)."""
+    return serializers.DictField(
+        child=CountField(min_value=low, max_value=MAX_RESOURCE),
+        required=False,
+        help_text=help_text,
+        **kwargs,
+    )
+
+
+def resource_field(help_text: str, *, allow_null: bool = True) -> serializers.IntegerField:
+    """A whole amount of vCPU or GiB, within what the database holds."""
+    return serializers.IntegerField(
+        required=False, allow_null=allow_null, min_value=0, max_value=MAX_RESOURCE, help_text=help_text
+    )
+
+
 class InstanceTypeSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
+    # docs/resources.md 1: 0, 0 and {} count GPUs alone.
+    vcpus_per_node = resource_field("vCPU per node; 0: not counted", allow_null=False)
+    memory_gib_per_node = resource_field("GiB of memory per node; 0: not counted", allow_null=False)
+    partitions_per_node = partitions_field(1, 'GPU partitions per node by profile, e.g. {"mig-1g.10gb": 14}')
+
     class Meta:
         model = InstanceType
         fields = list(policy_fields.INSTANCE_TYPE_FIELDS)
@@ -159,6 +194,17 @@ class QuotaSerializer(ErrorsQuoteValues, serializers.ModelSerializer):
 
     team = team_by_name()
     instance_type = instance_type_by_name()
+    # docs/resources.md 2: the per-resource form (null and {}: the ratio rule, or 0 of a
+    # partition), instances, and absolute borrow limits of the other resources.
+    vcpus = resource_field("vCPU; null: the ratio of the GPUs (docs/resources.md 2)")
+    memory_gib = resource_field("GiB of memory; null: the ratio of the GPUs, else of the vCPU")
+    partitions = partitions_field(0, "GPU partitions by profile; a profile not named: 0")
+    instances = resource_field("N nodes' worth of every resource; stands alone (the GPUs follow)")
+    borrow_limit_vcpus = resource_field("Most vCPU borrowed; null: the percentage")
+    borrow_limit_memory_gib = resource_field("Most GiB of memory borrowed; null: the percentage")
+    borrow_limit_partitions = partitions_field(
+        0, "Most partitions borrowed by profile; not named: the percentage"
+    )
 
     class Meta:
         model = TeamQuota
@@ -195,6 +241,7 @@ class JobSerializer(serializers.ModelSerializer):
             "submitter",
             "instance_type",
             "gpus",
+            *policy_fields.JOB_RESOURCE_FIELDS,
             "priority_class",
             "command",
             "image",
@@ -232,7 +279,15 @@ class JobSubmitSerializer(ErrorsQuoteValues, serializers.Serializer):
     team = team_by_name()
     name = serializers.CharField(max_length=200)
     instance_type = instance_type_by_name()
-    gpus = serializers.IntegerField(min_value=1)
+    gpus = serializers.IntegerField(
+        min_value=0,
+        required=False,
+        help_text="Whole GPUs; may be left out, or 0, when it asks for partitions",
+    )
+    # docs/resources.md 3: null takes its GPUs' share of their node.
+    vcpus = resource_field("vCPU; null: its GPUs' share of their node")
+    memory_gib = resource_field("GiB of memory; null: its GPUs' share of their node")
+    partitions = partitions_field(1, "GPU partitions by profile, at most one node's")
     priority_class = NameField(
         slug_field="name",
         queryset=PriorityClass.objects.all(),
@@ -264,6 +319,10 @@ class JobSubmitSerializer(ErrorsQuoteValues, serializers.Serializer):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not (attrs.get("command", "").strip() or attrs.get("image", "").strip()):
             raise serializers.ValidationError({"command": "Give a command or an image to run."})
+        if "gpus" not in attrs:
+            if not attrs.get("partitions"):
+                raise serializers.ValidationError({"gpus": "This field is required (or partitions)."})
+            attrs["gpus"] = 0
         return attrs
 
 

@@ -79,8 +79,15 @@ class PendingCode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class InstanceType:
+    """An instance type and what each of its nodes has (docs/resources.md 1). vCPU and memory
+    of 0 and no partitions: GPUs alone are counted, as POLICY.md section 1 does."""
+
     name: str
     gpus_per_node: int
+    vcpus_per_node: int = 0
+    memory_gib_per_node: int = 0
+    # (profile, count per node), sorted by profile: partitions the administrator fixed.
+    partitions_per_node: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +110,14 @@ class Quota:
     borrow_limit_percent: int = 50
     borrow_limit: int | None = None  # absolute cap on borrowing; overrides the percentage
     borrow_unlimited: bool = False  # borrow_limit: unlimited
+    # docs/resources.md 2: the per-resource form's entries other than GPUs ((name, amount),
+    # sorted by name; ``quota`` is its GPUs), or ``instances`` (N nodes' worth of everything,
+    # ``quota`` then N times the GPUs of a node). Neither: GPUs alone, the ratio gives the rest.
+    resources: tuple[tuple[str, int], ...] = ()
+    instances: int | None = None
+    # Absolute borrow limits of resources other than GPUs ((name, amount), sorted by name); a
+    # resource not named here keeps ``borrow_limit_percent`` (or ``borrow_unlimited``).
+    borrow_limits: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +201,11 @@ class Job:
     # its grace. Its GPUs stay counted and it is no candidate of any search: its preemptor's
     # GPUs are reserved until the caller takes it off its nodes.
     terminating_since: float | None = None
+    # docs/resources.md 3: vCPU and memory asked (None: the ratio of its GPUs' node share), and
+    # the partitions asked ((profile, count), sorted by profile).
+    vcpus: int | None = None
+    memory_gib: int | None = None
+    partitions: tuple[tuple[str, int], ...] = ()
 
     @property
     def running(self) -> bool:

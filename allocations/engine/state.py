@@ -883,6 +883,7 @@ def _check_types_and_nodes(
             raise ValueError(f"instance_types[{i}].name: duplicate instance type {it.name!r}")
         if it.gpus_per_node <= 0:
             raise ValueError(f"instance_types[{i}].gpus_per_node: must be above 0, got {it.gpus_per_node!r}")
+        _gpus_only(i, it)
         types[it.name] = it
     nodes_by_type: dict[str, list[Node]] = {name: [] for name in types}
     node_type: dict[str, str] = {}
@@ -896,6 +897,24 @@ def _check_types_and_nodes(
         node_type[node.name] = node.instance_type
         nodes_by_type[node.instance_type].append(node)
     return types, nodes_by_type, node_type
+
+
+def _gpus_only(i: int, it: InstanceType) -> None:
+    """The cycle decides on GPUs alone: a resource it would ignore is refused rather than left
+    out of every plan (docs/resources.md 9)."""
+    for name, amount in (
+        ("vcpus_per_node", it.vcpus_per_node),
+        ("memory_gib_per_node", it.memory_gib_per_node),
+    ):
+        if amount:
+            raise ValueError(
+                f"instance_types[{i}].{name}: the engine decides on GPUs alone (docs/resources.md 9), got {amount!r}"
+            )
+    if it.partitions_per_node:
+        raise ValueError(
+            f"instance_types[{i}].partitions_per_node: the engine decides on GPUs alone "
+            f"(docs/resources.md 9), got {dict(it.partitions_per_node)!r}"
+        )
 
 
 def _reason_from(key: tuple[object, ...]) -> PendingReason:

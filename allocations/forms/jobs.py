@@ -11,7 +11,7 @@ from typing import Any
 from django import forms
 
 from allocations.choices import Role
-from allocations.forms.policy import WholeNumberField
+from allocations.forms.policy import PartitionsField, WholeNumberField
 from allocations.models import InstanceType, PriorityClass, Team
 from allocations.services import memberships
 from allocations.services.jobs import MAX_REQUESTED_DURATION, default_priority_class, team_default_class
@@ -22,7 +22,28 @@ class JobSubmitForm(forms.Form):
     instance_type = forms.ModelChoiceField(
         queryset=InstanceType.objects.order_by("name"), to_field_name="name"
     )
-    gpus = forms.IntegerField(min_value=1, label="GPUs")
+    # docs/resources.md 3: 0 or empty when the job asks for partitions (the service's rule).
+    gpus = WholeNumberField(
+        label="GPUs", unit="GPUs", low=0, required=False, help_text="Whole GPUs; empty or 0 with partitions."
+    )
+    vcpus = WholeNumberField(
+        label="vCPU",
+        unit="vCPU",
+        low=0,
+        required=False,
+        help_text="Where the instance type counts vCPU; empty: its GPUs' share of their node.",
+    )
+    memory_gib = WholeNumberField(
+        label="Memory (GiB)",
+        unit="GiB",
+        low=0,
+        required=False,
+        help_text="Where the instance type counts memory; empty: its GPUs' share of their node.",
+    )
+    partitions = PartitionsField(
+        label="GPU partitions",
+        help_text='Where the instance type has them: one "profile=count" a line, e.g. mig-1g.10gb=2.',
+    )
     priority_class = forms.ModelChoiceField(
         queryset=PriorityClass.objects.order_by("-weight", "name"),
         to_field_name="name",

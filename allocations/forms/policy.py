@@ -77,6 +77,50 @@ class WholeNumberField(forms.IntegerField):
             ) from exc
 
 
+class PartitionsField(forms.CharField):
+    """GPU partitions as "profile=count" lines (docs/resources.md 8), one profile a line, so
+    that a browser needs no script to give several: ``mig-1g.10gb=7``. Empty: none. The lines'
+    shape is checked here, naming the line; the profiles and counts by the service's rules."""
+
+    widget = forms.Textarea(attrs={"rows": 2, "cols": 18, "placeholder": "mig-1g.10gb=7"})
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("help_text", 'One "profile=count" a line, e.g. mig-1g.10gb=7; empty: none.')
+        super().__init__(strip=True, max_length=4000, **kwargs)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return "\n".join(f"{profile}={count}" for profile, count in sorted(value.items()))
+        return value
+
+    def to_python(self, value: Any) -> dict[str, int]:  # type: ignore[override]
+        if isinstance(value, dict):
+            return value
+        text = super().to_python(value)
+        out: dict[str, int] = {}
+        for number, line in enumerate(text.splitlines(), 1):
+            line = line.strip()
+            if not line:
+                continue
+            profile, sep, count = (part.strip() for part in line.partition("="))
+            if not sep or not profile:
+                raise ValidationError(
+                    f'{self.label} line {number} must be "profile=count"; got {shown_value(line)}.'
+                )
+            try:
+                amount = int(count)
+            except ValueError:
+                raise ValidationError(
+                    f"{self.label} line {number}: the count of {shown_value(profile)} must be a whole "
+                    f"number; got {shown_value(count)}."
+                ) from None
+            if profile in out:
+                raise ValidationError(f"{self.label} name {shown_value(profile)} twice.")
+            out[profile] = amount
+        return out
+
+
 class PolicyForm(forms.ModelForm):
     """A ModelForm that checks the service's rules once every field has the right shape.
 
@@ -126,6 +170,14 @@ class PolicyForm(forms.ModelForm):
 class InstanceTypeForm(PolicyForm):
     rule = staticmethod(rules.validate_instance_type)  # type: ignore[assignment]
     gpus_per_node = WholeNumberField(label="GPUs per node", unit="GPUs", low=1)
+    # docs/resources.md 1: empty or 0 is not counted.
+    vcpus_per_node = WholeNumberField(
+        label="vCPU per node", unit="vCPU", low=0, required=False, help_text="Empty or 0: vCPU not counted."
+    )
+    memory_gib_per_node = WholeNumberField(
+        label="Memory per node (GiB)", unit="GiB", low=0, required=False, help_text="Empty or 0: not counted."
+    )
+    partitions_per_node = PartitionsField(label="GPU partitions per node")
     price_per_gpu_hour = forms.DecimalField(
         label="Price per GPU-hour ($)",
         decimal_places=4,
@@ -136,12 +188,17 @@ class InstanceTypeForm(PolicyForm):
 
     class Meta:
         model = InstanceType
-        fields = ["name", "gpus_per_node", "price_per_gpu_hour", "description"]
+        fields = list(policy_fields.INSTANCE_TYPE_FIELDS)
 
     def service_values(self) -> dict[str, Any]:
         values = super().service_values()
         if values["price_per_gpu_hour"] is None:
             values["price_per_gpu_hour"] = 0
+        for name in ("vcpus_per_node", "memory_gib_per_node"):
+            if values[name] is None:
+                values[name] = 0
+        if values["partitions_per_node"] is None:
+            values["partitions_per_node"] = {}
         return values
 
 
@@ -330,26 +387,73 @@ class TeamQuotaForm(PolicyForm):
     borrow_limit_percent = WholeNumberField(label="Borrow limit percent", low=0, high=10000, required=False)
     borrow_limit = WholeNumberField(label="Borrow limit", unit="GPUs", low=0, required=False)
     lend_limit = WholeNumberField(label="Lend limit", unit="GPUs", low=0, required=False)
+    # docs/resources.md 2: empty leaves the resource to the ratio rule (a partition: 0).
+    vcpus = WholeNumberField(label="vCPU", unit="vCPU", low=0, required=False)
+    memory_gib = WholeNumberField(label="Memory (GiB)", unit="GiB", low=0, required=False)
+    partitions = PartitionsField(label="Partitions")
+    instances = WholeNumberField(label="Instances", unit="nodes", low=0, required=False)
+    borrow_limit_vcpus = WholeNumberField(label="vCPU borrow limit", unit="vCPU", low=0, required=False)
+    borrow_limit_memory_gib = WholeNumberField(label="Memory borrow limit", unit="GiB", low=0, required=False)
+    borrow_limit_partitions = PartitionsField(label="Partitions borrow limit")
 
     class Meta:
         model = TeamQuota
         fields = ["instance_type", *policy_fields.QUOTA_FIELDS]
 
     def quota_settings(self) -> dict[str, Any]:
-        """The settings ``team_quota_set`` takes (an empty percent means the default 50)."""
+        """The settings ``team_quota_set`` takes (an empty percent means the default 50; with
+        instances, the GPUs are N nodes' worth)."""
         values = {name: self.cleaned_data.get(name) for name in policy_fields.QUOTA_FIELDS}
         if values["borrow_limit_percent"] is None:
             values["borrow_limit_percent"] = 50
+        for name in ("partitions", "borrow_limit_partitions"):
+            if values[name] is None:
+                values[name] = {}
+        instance_type = self.cleaned_data.get("instance_type")
+        if isinstance(values["instances"], int) and isinstance(instance_type, InstanceType):
+            values["quota"] = values["instances"] * instance_type.gpus_per_node
         return values
 
     def clean(self) -> dict[str, Any]:
         cleaned = forms.ModelForm.clean(self)
         if not self.errors:
             try:
-                rules.validate_quota(self.quota_settings())
+                rules.validate_quota(self.quota_settings(), cleaned.get("instance_type"))
             except ValidationError as exc:
                 apply_errors(self, exc)
         return cleaned
+
+    def ratio_hints(self, instance_type: InstanceType | None) -> dict[str, str]:
+        """Beside each resource the quota leaves out, what the ratio rule resolves it to
+        (docs/resources.md 2), from the values saved or, once valid, posted: "ratio: 96 vCPU"."""
+        if instance_type is None:
+            return {}
+        values = self.quota_settings() if self.is_bound and self.is_valid() else self.initial_settings()
+        return ratio_hints(instance_type, values)
+
+    def initial_settings(self) -> dict[str, Any]:
+        return {
+            name: self.initial.get(name, policy_fields.QUOTA_DEFAULTS[name])
+            for name in policy_fields.QUOTA_FIELDS
+        }
+
+
+def ratio_hints(instance_type: InstanceType, values: Mapping[str, Any]) -> dict[str, str]:
+    """{field: "ratio: 96 vCPU"} for vCPU and memory a quota leaves to the ratio rule."""
+    from allocations.engine import resources
+
+    it = policy_fields.engine_instance_type(
+        {f: getattr(instance_type, f) for f in policy_fields.INSTANCE_TYPE_FIELDS}
+    )
+    if resources.counts_gpus_only(it):
+        return {}
+    resolved = resources.quota_resources(it, policy_fields.engine_quota(values))
+    hints = {}
+    for field, name in (("vcpus", resources.VCPUS), ("memory_gib", resources.MEMORY)):
+        if name in resolved and values.get(field) is None:
+            word = "instances" if values.get("instances") is not None else "ratio"
+            hints[field] = f"{word}: {resources.amount_text(name, resolved[name])}"
+    return hints
 
 
 class ServedRowsFormSet(forms.BaseFormSet):
@@ -390,14 +494,18 @@ def _int_or_none(value: Any) -> int | None:
 
 
 class BaseTeamQuotaFormSet(ServedRowsFormSet):
-    def rows(self, instance_types: Iterable[InstanceType]) -> list[tuple[TeamQuotaForm, InstanceType | None]]:
-        """Each quota form with its instance type, for the table's first column: the posted
-        type when the page is drawn again with errors, else the initial one."""
+    def rows(
+        self, instance_types: Iterable[InstanceType]
+    ) -> list[tuple[TeamQuotaForm, InstanceType | None, dict[str, str]]]:
+        """Each quota form with its instance type, for the table's first column (the posted
+        type when the page is drawn again with errors, else the initial one), and the ratio
+        rule's value beside each resource the quota leaves out (``ratio_hints``)."""
         types = {t.pk: t for t in instance_types}
         rows = []
         for form in self.forms:
             value = form["instance_type"].value()
-            rows.append((form, value if isinstance(value, InstanceType) else types.get(_int_or_none(value))))
+            instance_type = value if isinstance(value, InstanceType) else types.get(_int_or_none(value))
+            rows.append((form, instance_type, form.ratio_hints(instance_type)))
         return rows
 
     def clean(self) -> None:

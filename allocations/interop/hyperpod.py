@@ -21,7 +21,11 @@ Mapping (POLICY.md section 1 -> SageMaker's model):
   FairShareWeight, ``ActivationState`` Enabled/Disabled from ``active``, ``Description`` = the
   display name; ``sharing`` -> ``ResourceSharingConfig.Strategy``; ``preempt_team_tasks`` ->
   ``PreemptTeamTasks``.
-- a team quota -> ``ComputeQuotaResources`` {InstanceType, Accelerators: GPUs}; a borrow limit
+- a team quota -> ``ComputeQuotaResources`` {InstanceType, Accelerators: GPUs, VCpu, MemoryInGiB,
+  AcceleratorPartition {Type, Count}} (docs/resources.md 2: the resources the quota names; a
+  quota in instances -> {InstanceType, Count}); its absolute borrow limits of vCPU, memory and
+  partitions -> its ``AbsoluteBorrowLimits`` entry's VCpu, MemoryInGiB, AcceleratorPartition
+  (an entry without Accelerators leaves the GPUs to the percentage); a borrow limit
   in percent -> the team-wide ``BorrowLimit`` (the most common percentage of the team's quotas;
   a quota with another percentage becomes an absolute limit, with a warning); an absolute
   borrow limit -> ``AbsoluteBorrowLimits`` {InstanceType, Accelerators}; an unlimited one -> an
@@ -45,6 +49,7 @@ from typing import Any
 from allocations import bounded_json, choices
 from allocations.choices import BorrowLimitKind
 from allocations.models import Team, TeamQuota
+from allocations.policy_fields import QUOTA_RESOURCE_DEFAULTS
 
 from .policy import (
     ImportedPolicy,
@@ -207,7 +212,7 @@ def _quota_request(
 ) -> dict[str, Any]:
     """One team as a CreateComputeQuota request; what does not fit goes to ``warnings``."""
     quotas = [q for q in state.quotas(team) if _exportable(team, q, sagemaker_types, warnings)]
-    resources = [{"InstanceType": q.instance_type.name, "Accelerators": q.quota} for q in quotas]
+    resources = [_quota_resources(team, q, warnings) for q in quotas]
 
     # Borrow limits: the team-wide percentage is the most common one (ties: the one covering
     # more GPUs of quota); the quotas with another percentage get an absolute limit.
@@ -220,8 +225,16 @@ def _quota_request(
     absolute: list[dict[str, Any]] = []
     for q in quotas:
         limit = _absolute_borrow_limit(team, q, team_percent, warnings)
+        entry: dict[str, Any] = {"InstanceType": q.instance_type.name}
         if limit is not None:
-            absolute.append({"InstanceType": q.instance_type.name, "Accelerators": limit})
+            entry["Accelerators"] = limit
+        entry.update(
+            _other_resources(
+                team, q, q.borrow_limit_vcpus, q.borrow_limit_memory_gib, q.borrow_limit_partitions, warnings
+            )
+        )
+        if len(entry) > 1:
+            absolute.append(entry)
     low, high = DOCUMENTED_BORROW_PERCENT
     if percents and not low <= team_percent <= high:
         warnings.append(
@@ -247,6 +260,48 @@ def _quota_request(
     if team.display_name:
         request["Description"] = _description(team.display_name)
     return request
+
+
+def _quota_resources(team: Team, quota: TeamQuota, warnings: list[str]) -> dict[str, Any]:
+    """A quota as a ``ComputeQuotaResourceConfig`` (docs/resources.md 2): ``Count`` for a quota
+    in instances, else its GPUs (left out when they are 0 and another resource is named: the
+    ratio then starts from that one, as in gpugov) and the other resources it names."""
+    entry: dict[str, Any] = {"InstanceType": quota.instance_type.name}
+    if quota.instances is not None:
+        entry["Count"] = quota.instances
+        return entry
+    others = _other_resources(team, quota, quota.vcpus, quota.memory_gib, quota.partitions, warnings)
+    if quota.quota or not others:
+        entry["Accelerators"] = quota.quota
+    entry.update(others)
+    return entry
+
+
+def _other_resources(
+    team: Team,
+    quota: TeamQuota,
+    vcpus: int | None,
+    memory_gib: int | None,
+    partitions: dict[str, int],
+    warnings: list[str],
+) -> dict[str, Any]:
+    """VCpu, MemoryInGiB and AcceleratorPartition of an entry; HyperPod takes one partition
+    profile an entry, so a quota naming several keeps the largest count (a warning)."""
+    out: dict[str, Any] = {}
+    if vcpus is not None:
+        out["VCpu"] = vcpus
+    if memory_gib is not None:
+        out["MemoryInGiB"] = memory_gib
+    if partitions:
+        profile, count = max(sorted(partitions.items()), key=lambda item: item[1])
+        out["AcceleratorPartition"] = {"Type": profile, "Count": count}
+        if len(partitions) > 1:
+            left_out = ", ".join(f"{p}: {c}" for p, c in sorted(partitions.items()) if p != profile)
+            warnings.append(
+                f"{team.name} / {quota.instance_type.name}: HyperPod takes one partition profile per "
+                f"instance type; {profile}: {count} is exported, left out: {left_out}."
+            )
+    return out
 
 
 def _exportable(team: Team, quota: TeamQuota, sagemaker_types: frozenset[str], warnings: list[str]) -> bool:
@@ -382,6 +437,11 @@ def _keep_equivalent_settings(imported: ImportedPolicy, state: PolicyState) -> N
         for quota in settings.quotas or []:
             existing = current.get(quota.instance_type)
             values = quota.values
+            # A request names only the resources it gives: one the stored quota names and the
+            # request leaves out goes back to its default (the request is the whole quota).
+            for name, default in QUOTA_RESOURCE_DEFAULTS.items():
+                if existing is not None and name not in values and getattr(existing, name) != default:
+                    values[name] = default
             if (
                 existing is not None
                 and existing.borrow_limit_kind == BorrowLimitKind.PERCENT
@@ -530,30 +590,35 @@ def _read_quota(
     percent = sharing.get("BorrowLimit", 50)
     quotas: dict[str, QuotaSettings] = {}
     resources = config.get("ComputeQuotaResources", [])
-    for item_path, type_name, gpus in _resources(
+    for item_path, type_name, gpus, others in _resources(
         join_path(path, "ComputeQuotaConfig.ComputeQuotaResources"), resources, known_types, problems
     ):
         quotas[type_name] = QuotaSettings(
             type_name,
             {
-                "quota": gpus,
+                "quota": gpus or 0,
                 "borrow_limit_kind": "percent",
                 "borrow_limit_percent": percent,
                 "borrow_limit": None,
+                **others,
             },
             path=item_path,
         )
     limits = sharing.get("AbsoluteBorrowLimits", [])
-    for item_path, type_name, gpus in _resources(
+    for item_path, type_name, gpus, others in _resources(
         join_path(path, "ComputeQuotaConfig.ResourceSharingConfig.AbsoluteBorrowLimits"),
         limits,
         known_types,
         problems,
+        borrow_limits=True,
     ):
         quota = quotas.setdefault(
             type_name,
             QuotaSettings(type_name, {"quota": 0}, path=item_path),
         )
+        quota.values.update(others)
+        if gpus is None:
+            continue  # no Accelerators: the GPUs keep the team's percentage
         # The percentage says nothing for a quota with a limit in GPUs: its stored one is kept.
         quota.values.pop("borrow_limit_percent", None)
         if gpus >= unlimited_accelerators():
@@ -564,47 +629,114 @@ def _read_quota(
 
 
 def _resources(
-    path: str, resources: Iterable[dict[str, Any]], known_types: dict[str, Any], problems: list[Problem]
-) -> Iterator[tuple[str, str, int]]:
-    """(path, instance type, GPUs) of each entry of the list of per-type resources at ``path``
-    whose GPUs can be imported; an entry that repeats an instance type is a problem."""
+    path: str,
+    resources: Iterable[dict[str, Any]],
+    known_types: dict[str, Any],
+    problems: list[Problem],
+    *,
+    borrow_limits: bool = False,
+) -> Iterator[tuple[str, str, int | None, dict[str, Any]]]:
+    """(path, instance type, GPUs or None when not given, the other resources as quota fields)
+    of each entry of the list of per-type resources at ``path`` that can be imported (an entry
+    of ``AbsoluteBorrowLimits`` with ``borrow_limits``); an entry that repeats an instance type
+    is a problem."""
     seen: set[str] = set()
     for i, resource in enumerate(resources):
         item_path = join_path(path, f"[{i}]")
         type_name = resource["InstanceType"]
-        gpus = _gpus(item_path, resource, known_types, problems)
-        if gpus is None:
+        instance_type = known_types.get(type_name)
+        if instance_type is None:
+            known = ", ".join(sorted(known_types)) or "none yet"
+            problems.append(
+                Problem(
+                    join_path(item_path, "InstanceType"),
+                    f"{type_name!r} is not an instance type of this cluster (known: {known})",
+                )
+            )
+            continue
+        before = len(problems)
+        others = _resource_fields(item_path, resource, instance_type, problems, borrow_limits)
+        named = any(member in resource for member in (*HYPERPOD_RESOURCES, "AcceleratorPartition"))
+        gpus = _gpus(item_path, resource, instance_type, problems, named, borrow_limits)
+        if len(problems) > before:
             continue
         if type_name in seen:
             problems.append(Problem(join_path(item_path, "InstanceType"), f"{type_name!r} is given twice"))
             continue
         seen.add(type_name)
-        yield item_path, type_name, gpus
+        if resource.get("Count") is not None and not borrow_limits:
+            others["instances"] = int(resource["Count"])
+        yield item_path, type_name, gpus, others
+
+
+# ComputeQuotaResourceConfig's members besides GPUs -> (gpugov's resource, its per-node field).
+HYPERPOD_RESOURCES = {
+    "VCpu": ("vcpus", "vcpus_per_node"),
+    "MemoryInGiB": ("memory_gib", "memory_gib_per_node"),
+}
+
+
+def _resource_fields(
+    path: str, resource: dict[str, Any], instance_type: Any, problems: list[Problem], borrow_limits: bool
+) -> dict[str, Any]:
+    """VCpu, MemoryInGiB and AcceleratorPartition of an entry as the quota's fields (or its
+    borrow limits' fields), each checked against the instance type (docs/resources.md 8)."""
+    prefix = "borrow_limit_" if borrow_limits else ""
+    out: dict[str, Any] = {}
+    for member, (name, per_node) in HYPERPOD_RESOURCES.items():
+        if member not in resource:
+            continue
+        value = resource[member]
+        if not getattr(instance_type, per_node):
+            problems.append(
+                Problem(
+                    join_path(path, member),
+                    f"{value!r}: {instance_type.name} declares no {name} (set its {per_node} first)",
+                )
+            )
+        elif isinstance(value, float) and not value.is_integer():
+            problems.append(Problem(join_path(path, member), f"{value!r}: gpugov counts whole {name}"))
+        else:
+            out[f"{prefix}{name}"] = int(value)
+    partition = resource.get("AcceleratorPartition")
+    if partition is not None:
+        have = instance_type.partitions_per_node or {}
+        profile = partition["Type"]
+        if profile not in have:
+            known = ", ".join(sorted(have)) or "none"
+            problems.append(
+                Problem(
+                    join_path(path, "AcceleratorPartition.Type"),
+                    f"{profile!r} is no partition profile of {instance_type.name} (it has: {known})",
+                )
+            )
+        else:
+            out[f"{prefix}partitions"] = {profile: int(partition["Count"])}
+    return out
 
 
 def _gpus(
-    path: str, resource: dict[str, Any], known_types: dict[str, Any], problems: list[Problem]
+    path: str,
+    resource: dict[str, Any],
+    instance_type: Any,
+    problems: list[Problem],
+    has_others: bool = False,
+    borrow_limits: bool = False,
 ) -> int | None:
-    """GPUs of a resource entry: ``Accelerators``, or ``Count`` instances of the type's nodes."""
-    type_name = resource["InstanceType"]
-    instance_type = known_types.get(type_name)
-    if instance_type is None:
-        known = ", ".join(sorted(known_types)) or "none yet"
-        problems.append(
-            Problem(
-                join_path(path, "InstanceType"),
-                f"{type_name!r} is not an instance type of this cluster (known: {known})",
-            )
-        )
-        return None
-    for unsupported in ("VCpu", "MemoryInGiB", "AcceleratorPartition"):
-        if unsupported in resource:
-            problems.append(
-                Problem(join_path(path, unsupported), "cannot be imported: gpugov counts whole GPUs only")
-            )
-            return None
+    """GPUs of a resource entry: ``Accelerators``, or ``Count`` instances of the type's nodes
+    (which stand alone); None when neither is given, which only an entry naming another
+    resource may do."""
     accelerators, count = resource.get("Accelerators"), resource.get("Count")
     if count is not None:
+        if has_others and not borrow_limits:
+            problems.append(
+                Problem(
+                    join_path(path, "Count"),
+                    f"{count}: instances stand alone in gpugov (N nodes' worth of every resource); give "
+                    "VCpu, MemoryInGiB and AcceleratorPartition without Count",
+                )
+            )
+            return None
         from_count = count * instance_type.gpus_per_node
         if accelerators is not None and accelerators != from_count:
             problems.append(
@@ -616,6 +748,12 @@ def _gpus(
             return None
         return int(from_count)
     if accelerators is None:
-        problems.append(Problem(join_path(path, "Accelerators"), "is required (or Count, in instances)"))
+        if not has_others:
+            problems.append(
+                Problem(
+                    join_path(path, "Accelerators"),
+                    "is required (or Count, VCpu, MemoryInGiB, AcceleratorPartition)",
+                )
+            )
         return None
     return int(accelerators)

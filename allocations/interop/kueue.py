@@ -13,7 +13,11 @@ settings map one to one:
   LocalQueue of the same name in the team's namespace;
 - a priority class -> a WorkloadPriorityClass whose value is the weight.
 
-GPUs are the resource ``nvidia.com/gpu``. What Kueue configures outside these objects (fair
+GPUs are the resource ``nvidia.com/gpu``. Where an instance type counts more (docs/resources.md),
+every flavor of the one resource group covers ``cpu``, ``memory`` (in ``Gi``) and
+``nvidia.com/mig-<profile>`` too, with each team's quota as the ratio rule resolves it (Kueue
+has no ratio rule) and 0 of a resource the flavor's type lacks; a cluster of GPUs alone covers
+``nvidia.com/gpu`` alone, as before. What Kueue configures outside these objects (fair
 sharing is a setting of Kueue's controller, as is admission fair sharing, the nearest to
 fairness over time, docs/fairness.md) or cannot express (what a team may ask for,
 docs/limits.md; minimum runtimes, docs/preemption.md section 1) is a warning.
@@ -29,12 +33,23 @@ from typing import Any
 import yaml
 
 from allocations.choices import BorrowLimitKind
-from allocations.models import Team, TeamQuota
+from allocations.engine import resources as engine_resources
+from allocations.models import InstanceType, Team, TeamQuota
+from allocations.policy_fields import (
+    INSTANCE_TYPE_FIELDS,
+    QUOTA_DEFAULTS,
+    QUOTA_FIELDS,
+    engine_instance_type,
+    engine_quota,
+)
 
 from .policy import PolicyState, limit_warnings, preemption_cost_warnings, read_policy
 
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 GPU = "nvidia.com/gpu"
+CPU = "cpu"
+MEMORY = "memory"
+MIG_PREFIX = "nvidia.com/"  # a partition profile mig-1g.10gb is nvidia.com/mig-1g.10gb
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpugov"}
 KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass")
@@ -131,35 +146,78 @@ def export_manifests(state: PolicyState | None = None) -> KueueExport:
         manifests.append(manifest)
 
     _policy_warnings(state, warnings)
+    _resource_warnings(state, warnings)
     warnings += preemption_cost_warnings(state, "Kueue")
     problems = [problem for manifest in manifests for problem in structural_problems(manifest)]
     return KueueExport(manifests=manifests, warnings=warnings, problems=problems)
 
 
+def _engine_type(instance_type: InstanceType) -> engine_resources.InstanceType:
+    return engine_instance_type({f: getattr(instance_type, f) for f in INSTANCE_TYPE_FIELDS})
+
+
+def kueue_resource(name: str) -> str:
+    """gpugov's resource name (docs/resources.md 1) as Kueue's (Kubernetes') resource name."""
+    return {engine_resources.GPUS: GPU, engine_resources.VCPUS: CPU, engine_resources.MEMORY: MEMORY}.get(
+        name, f"{MIG_PREFIX}{name}"
+    )
+
+
+def quantity(name: str, amount: int) -> int | str:
+    """A Kubernetes quantity: memory in GiB as ``Gi``, every other resource a whole number."""
+    return f"{amount}Gi" if name == engine_resources.MEMORY else amount
+
+
+def covered_resources(state: PolicyState) -> list[str]:
+    """gpugov's names of the resources the resource group covers: GPUs, then vCPU, memory and
+    the partition profiles any instance type declares (docs/resources.md 1's order)."""
+    names = [engine_resources.GPUS]
+    types = [_engine_type(t) for t in state.instance_types]
+    if any(t.vcpus_per_node for t in types):
+        names.append(engine_resources.VCPUS)
+    if any(t.memory_gib_per_node for t in types):
+        names.append(engine_resources.MEMORY)
+    names += sorted({profile for t in types for profile, _ in t.partitions_per_node})
+    return names
+
+
+def _quota_resources(instance_type: InstanceType, quota: TeamQuota | None) -> dict[str, int]:
+    """A team's quota of each of the type's resources, the ratio rule applied."""
+    values = {f: getattr(quota, f) for f in QUOTA_FIELDS} if quota is not None else dict(QUOTA_DEFAULTS)
+    return engine_resources.quota_resources(_engine_type(instance_type), engine_quota(values))
+
+
 def _cohort(state: PolicyState, name: str) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     if state.policy.share_unallocated and state.instance_types:
-        quota_sum: dict[str, int] = {}
-        for team in state.teams:
-            for quota in state.quotas(team):
-                quota_sum[quota.instance_type.name] = quota_sum.get(quota.instance_type.name, 0) + quota.quota
-        ready = state.ready_capacity
+        covered = covered_resources(state)
+        flavors = []
+        for t in state.instance_types:
+            quota_sum = dict.fromkeys(covered, 0)
+            for team in state.teams:
+                quota = next((q for q in state.quotas(team) if q.instance_type_id == t.pk), None)
+                if quota is None:
+                    continue
+                for resource, amount in _quota_resources(t, quota).items():
+                    quota_sum[resource] += amount
+            per_node = engine_resources.type_resources(_engine_type(t))
+            ready_nodes = state.ready_nodes.get(t.name, 0)
+            capacity = {r: per_node.get(r, 0) * ready_nodes for r in covered}
+            capacity[engine_resources.GPUS] = state.ready_capacity.get(t.name, 0)
+            flavors.append(
+                {
+                    "name": t.name,
+                    "resources": [
+                        {
+                            "name": kueue_resource(r),
+                            "nominalQuota": quantity(r, max(0, capacity[r] - quota_sum[r])),
+                        }
+                        for r in covered
+                    ],
+                }
+            )
         spec["resourceGroups"] = [
-            {
-                "coveredResources": [GPU],
-                "flavors": [
-                    {
-                        "name": t.name,
-                        "resources": [
-                            {
-                                "name": GPU,
-                                "nominalQuota": max(0, ready.get(t.name, 0) - quota_sum.get(t.name, 0)),
-                            }
-                        ],
-                    }
-                    for t in state.instance_types
-                ],
-            }
+            {"coveredResources": [kueue_resource(r) for r in covered], "flavors": flavors}
         ]
     return {"apiVersion": API_VERSION, "kind": "Cohort", "metadata": _metadata(name), "spec": spec}
 
@@ -186,19 +244,55 @@ def lending_limit(team: Team, quota: TeamQuota | None) -> int | None:
     return min(quota.lend_limit, quota.quota)
 
 
+def _other_resource_limits(
+    team: Team, instance_type: InstanceType, quota: TeamQuota | None, name: str, amount: int
+) -> dict[str, Any]:
+    """borrowingLimit and lendingLimit of a resource besides GPUs (docs/resources.md 2): its
+    own absolute borrow limit or the percentage, and the whole quota lent (none: dont-lend)."""
+    out: dict[str, Any] = {}
+    if team.sharing != "lend-and-borrow" or quota is None:
+        out["borrowingLimit"] = quantity(name, 0)
+    else:
+        values = {f: getattr(quota, f) for f in QUOTA_FIELDS}
+        max_use = engine_resources.max_use_resources(_engine_type(instance_type), engine_quota(values))
+        most = max_use.get(name, amount)
+        if most is not None:
+            out["borrowingLimit"] = quantity(name, max(0, most - amount))
+    if team.sharing == "dont-lend":
+        out["lendingLimit"] = quantity(name, 0)
+    return out
+
+
+def _flavor_resources(
+    team: Team, instance_type: InstanceType, quota: TeamQuota | None, covered: list[str]
+) -> list[dict[str, Any]]:
+    """The flavor's entry of every covered resource, in the group's order."""
+    resources = _quota_resources(instance_type, quota)
+    out = []
+    for name in covered:
+        if name == engine_resources.GPUS:
+            resource: dict[str, Any] = {"name": GPU, "nominalQuota": quota.quota if quota else 0}
+            borrow = borrowing_limit(team, quota)
+            if borrow is not None:
+                resource["borrowingLimit"] = borrow
+            lend = lending_limit(team, quota)
+            if lend is not None:
+                resource["lendingLimit"] = lend
+        else:
+            amount = resources.get(name, 0)
+            resource = {"name": kueue_resource(name), "nominalQuota": quantity(name, amount)}
+            resource.update(_other_resource_limits(team, instance_type, quota, name, amount))
+        out.append(resource)
+    return out
+
+
 def _cluster_queue(state: PolicyState, team: Team, cohort: str, warnings: list[str]) -> dict[str, Any]:
     quotas = {q.instance_type.name: q for q in state.quotas(team)}
-    flavors = []
-    for instance_type in state.instance_types:
-        quota = quotas.get(instance_type.name)
-        resource: dict[str, Any] = {"name": GPU, "nominalQuota": quota.quota if quota else 0}
-        borrow = borrowing_limit(team, quota)
-        if borrow is not None:
-            resource["borrowingLimit"] = borrow
-        lend = lending_limit(team, quota)
-        if lend is not None:
-            resource["lendingLimit"] = lend
-        flavors.append({"name": instance_type.name, "resources": [resource]})
+    covered = covered_resources(state)
+    flavors = [
+        {"name": t.name, "resources": _flavor_resources(team, t, quotas.get(t.name), covered)}
+        for t in state.instance_types
+    ]
 
     preemption: dict[str, Any] = {
         "reclaimWithinCohort": RECLAIM_WITHIN_COHORT[team.reclaim],
@@ -228,7 +322,9 @@ def _cluster_queue(state: PolicyState, team: Team, cohort: str, warnings: list[s
         "preemption": preemption,
     }
     if flavors:
-        spec["resourceGroups"] = [{"coveredResources": [GPU], "flavors": flavors}]
+        spec["resourceGroups"] = [
+            {"coveredResources": [kueue_resource(r) for r in covered], "flavors": flavors}
+        ]
     if not team.active:
         spec["stopPolicy"] = "Hold"  # admits nothing new; what runs keeps running
     return {"apiVersion": API_VERSION, "kind": "ClusterQueue", "metadata": _metadata(team.name), "spec": spec}
@@ -262,6 +358,28 @@ def _policy_warnings(state: PolicyState, warnings: list[str]) -> None:
         )
 
 
+def _resource_warnings(state: PolicyState, warnings: list[str]) -> None:
+    """Kueue's one resource group covers every resource for every flavor: a type that does not
+    count vCPU or memory gets a quota of 0 of it there (docs/resources.md 1)."""
+    covered = covered_resources(state)
+    for t in state.instance_types:
+        it = _engine_type(t)
+        missing = [
+            kueue_resource(name)
+            for name, per_node in (
+                (engine_resources.VCPUS, it.vcpus_per_node),
+                (engine_resources.MEMORY, it.memory_gib_per_node),
+            )
+            if name in covered and not per_node
+        ]
+        if missing:
+            warnings.append(
+                f"{t.name} does not count {' or '.join(missing)}, which other instance types do: Kueue "
+                f"covers every resource for every flavor, so its {', '.join(missing)} quota is 0 and a "
+                "workload asking for it is not admitted there. Declare its vCPU and memory per node."
+            )
+
+
 def structural_problems(manifest: dict[str, Any]) -> list[str]:
     """What a Kubernetes API server would refuse beyond the CRD's OpenAPI schema: object names,
     and the CEL rules of the ClusterQueue and Cohort CRDs that gpugov's manifests touch. Needs
@@ -281,14 +399,18 @@ def structural_problems(manifest: dict[str, Any]) -> list[str]:
     spec = manifest.get("spec") or {}
     for i, group in enumerate(spec.get("resourceGroups", [])):
         for flavor in group.get("flavors", []):
-            # CEL: every flavor lists exactly the covered resources.
-            if len(flavor.get("resources", [])) != len(group.get("coveredResources", [])):
+            # CEL: every flavor lists exactly the covered resources (Kueue's webhook: by name,
+            # in their order).
+            names = [resource.get("name") for resource in flavor.get("resources", [])]
+            if names != list(group.get("coveredResources", [])):
                 problems.append(
                     f"{where}: resourceGroups[{i}] flavor {flavor.get('name')} does not cover each resource"
                 )
             for resource in flavor.get("resources", []):
                 for limit in ("nominalQuota", "borrowingLimit", "lendingLimit"):
                     value = resource.get(limit)
+                    if isinstance(value, str) and re.fullmatch(r"[0-9]+Gi", value):
+                        continue  # memory, in GiB
                     if value is not None and (not isinstance(value, int) or value < 0):
                         problems.append(
                             f"{where}: {flavor.get('name')} {limit} {value!r} must be a whole number >= 0"

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Prefetch, Q, Sum
+from django.db.models import Count, Prefetch, Q, Sum
 
 from allocations.choices import NodeState
 from allocations.models import Cluster, ClusterPolicy, InstanceType, Node, PriorityClass, Team, TeamQuota
@@ -37,6 +37,9 @@ class PolicyState:
     capacity: dict[str, int]
     ready_capacity: dict[str, int]
     teams: tuple[Team, ...]
+    # Ready nodes of each instance type: its capacity of vCPU, memory and partitions is so many
+    # times a node's (docs/resources.md 1 and 4).
+    ready_nodes: dict[str, int] = field(default_factory=dict)
 
     def quotas(self, team: Team) -> list[TeamQuota]:
         """The team's quotas (prefetched), by instance type name."""
@@ -51,7 +54,9 @@ def read_policy() -> PolicyState:
         policy = ClusterPolicy()  # unsaved: the defaults, for a database without a cluster yet
     rows = list(
         Node.objects.values("instance_type__name").annotate(
-            total_gpus=Sum("gpus"), ready_gpus=Sum("gpus", filter=Q(state=NodeState.READY))
+            total_gpus=Sum("gpus"),
+            ready_gpus=Sum("gpus", filter=Q(state=NodeState.READY)),
+            ready_nodes=Count("id", filter=Q(state=NodeState.READY)),
         )
     )
     teams = (
@@ -67,6 +72,7 @@ def read_policy() -> PolicyState:
         capacity={row["instance_type__name"]: row["total_gpus"] or 0 for row in rows},
         ready_capacity={row["instance_type__name"]: row["ready_gpus"] or 0 for row in rows},
         teams=tuple(teams),
+        ready_nodes={row["instance_type__name"]: row["ready_nodes"] or 0 for row in rows},
     )
 
 

@@ -16,7 +16,9 @@ from django.db.models import Count, F, Q, QuerySet, Sum
 from django.utils import timezone
 
 from allocations.choices import BorrowLimitKind, NodeState
+from allocations.engine import resources
 from allocations.models import AuditEntry, Cluster, InstanceType, Job, Node, Team, TeamQuota
+from allocations.policy_fields import INSTANCE_TYPE_FIELDS, QUOTA_FIELDS, engine_instance_type, engine_quota
 
 
 def gpus_text(count: int) -> str:
@@ -58,6 +60,10 @@ class InstanceTypeCapacity:
     ready_gpus: int  # the capacity: only ready nodes count
     quota_sum: int
     teams: list[TeamQuotaRow] = field(default_factory=list)
+    # docs/resources.md 2 and 4, per resource besides GPUs that the type declares: the teams'
+    # quotas as the ratio rule resolves them, and the ready nodes' total. Empty: GPUs alone.
+    resource_quota_sums: dict[str, int] = field(default_factory=dict)
+    resource_capacity: dict[str, int] = field(default_factory=dict)
 
     @property
     def unallocated(self) -> int:
@@ -65,18 +71,35 @@ class InstanceTypeCapacity:
         return max(0, self.ready_gpus - self.quota_sum)
 
     @property
+    def over_committed_resources(self) -> list[str]:
+        """The resources besides GPUs whose quotas exceed the ready nodes' total."""
+        return [
+            name
+            for name, total in self.resource_quota_sums.items()
+            if total > self.resource_capacity.get(name, 0)
+        ]
+
+    @property
     def over_committed(self) -> bool:
-        return self.quota_sum > self.ready_gpus
+        return self.quota_sum > self.ready_gpus or bool(self.over_committed_resources)
 
     @property
     def warning(self) -> str:
-        """The over-commit warning with both numbers, or "" when quotas fit the capacity."""
-        if not self.over_committed:
-            return ""
-        return (
-            f"Quotas of {self.instance_type.name} add up to {gpus_text(self.quota_sum)}, "
-            f"more than its {self.ready_gpus} ready GPUs."
-        )
+        """The over-commit warning with both numbers of each resource over, or "" when quotas
+        fit the capacity."""
+        parts = []
+        if self.quota_sum > self.ready_gpus:
+            parts.append(
+                f"Quotas of {self.instance_type.name} add up to {gpus_text(self.quota_sum)}, "
+                f"more than its {self.ready_gpus} ready GPUs."
+            )
+        for name in self.over_committed_resources:
+            parts.append(
+                f"Quotas of {self.instance_type.name} add up to "
+                f"{resources.amount_text(name, self.resource_quota_sums[name])}, more than its ready "
+                f"nodes' {resources.amount_text(name, self.resource_capacity.get(name, 0))}."
+            )
+        return " ".join(parts)
 
     @property
     def quota_percent(self) -> int:
@@ -165,9 +188,31 @@ def capacity_overview(instance_types: Iterable[int] | None = None) -> list[Insta
                 ready_gpus=counts.get("gpus_ready") or 0,
                 quota_sum=sum(row.quota.quota for row in team_rows),
                 teams=team_rows,
+                **_resource_sums(instance_type, counts.get("n_ready", 0), team_rows),
             )
         )
     return overview
+
+
+def _resource_sums(
+    instance_type: InstanceType, ready_nodes: int, team_rows: list[TeamQuotaRow]
+) -> dict[str, dict[str, int]]:
+    """The quotas of each resource besides GPUs, resolved by the ratio rule, and the ready
+    nodes' total of it (docs/resources.md 2 and 4); nothing for a type of GPUs alone."""
+    it = engine_instance_type({f: getattr(instance_type, f) for f in INSTANCE_TYPE_FIELDS})
+    per_node = resources.type_resources(it)
+    per_node.pop(resources.GPUS)
+    if not per_node:
+        return {}
+    sums = dict.fromkeys(per_node, 0)
+    for row in team_rows:
+        resolved = resources.quota_resources(
+            it, engine_quota({f: getattr(row.quota, f) for f in QUOTA_FIELDS})
+        )
+        for name in sums:
+            sums[name] += resolved.get(name, 0)
+    capacity = {name: amount * ready_nodes for name, amount in per_node.items()}
+    return {"resource_quota_sums": sums, "resource_capacity": capacity}
 
 
 def overcommit_warnings(instance_types: Iterable[int] | None = None) -> list[str]:

@@ -17,7 +17,14 @@ from typing import Any
 from allocations import engine
 from allocations.choices import ACTIVE_JOB_STATES, JobState, NodeState
 from allocations.models import ClusterPolicy, InstanceType, Job, Node, PriorityClass, Team, TeamQuota
-from allocations.policy_fields import ENGINE_TEAM_LIMITS, QUOTA_FIELDS, TEAM_SETTINGS, engine_team
+from allocations.policy_fields import (
+    ENGINE_TEAM_LIMITS,
+    INSTANCE_TYPE_FIELDS,
+    QUOTA_FIELDS,
+    TEAM_SETTINGS,
+    engine_instance_type,
+    engine_team,
+)
 from allocations.selectors.fairness import borrowed_history, borrowed_lately
 
 
@@ -60,8 +67,8 @@ def policy_snapshot() -> engine.Snapshot:
     Every node is included (only ``ready`` ones count towards capacity); every team, active or
     not, so that an inactive team's jobs get their ``team-inactive`` reason."""
     instance_types = tuple(
-        engine.InstanceType(name=name, gpus_per_node=gpus)
-        for name, gpus in InstanceType.objects.order_by("name").values_list("name", "gpus_per_node")
+        engine_instance_type(row)
+        for row in InstanceType.objects.order_by("name").values(*INSTANCE_TYPE_FIELDS)
     )
     nodes = tuple(
         engine.Node(name=name, instance_type=type_name, gpus=gpus, ready=state == NodeState.READY)
@@ -98,6 +105,36 @@ def policy_snapshot() -> engine.Snapshot:
     )
 
 
+def _engine_job(row: dict[str, Any]) -> engine.Job:
+    """One job row of ``build_snapshot`` as the engine sees it."""
+    running = row["state"] == JobState.RUNNING
+    return engine.Job(
+        id=job_id(row["pk"]),
+        team=row["team__name"],
+        instance_type=row["instance_type__name"],
+        gpus=row["gpus"],
+        submit_time=row["submitted_at"].timestamp(),
+        seq=row["pk"],
+        priority_class=row["priority_class__name"],
+        nodes=(tuple((str(node), int(gpus)) for node, gpus in row["nodes"] or ()) if running else ()),
+        started_at=_seconds(row["started_at"]) if running else None,
+        start_seq=row["start_seq"],
+        preemptions=row["preemption_count"],
+        last_preempted_at=_seconds(row["last_preempted_at"]),
+        # The team's limit of running GPUs per member counts by username (docs/limits.md).
+        submitter=row["submitter__username"],
+        checkpoint_interval_s=(
+            None if row["checkpoint_interval_s"] is None else float(row["checkpoint_interval_s"])
+        ),
+        progress_kept_s=row["progress_kept_s"],
+        terminating_since=(_seconds(row["terminating_since"]) if running else None),
+        # docs/resources.md 3: None and {} (every job of GPUs alone) leave the defaults.
+        vcpus=row["vcpus"],
+        memory_gib=row["memory_gib"],
+        partitions=tuple(sorted((str(k), int(v)) for k, v in (row["partitions"] or {}).items())),
+    )
+
+
 def build_snapshot(now: datetime) -> engine.Snapshot:
     """Everything one cycle decides from: ``policy_snapshot()`` and the running and pending
     jobs (jobs on a draining node keep running there), and, with fairness over time on, each
@@ -130,6 +167,9 @@ def build_snapshot(now: datetime) -> engine.Snapshot:
             "progress_kept_s",
             "terminating_since",
             "preempted_for",
+            "vcpus",
+            "memory_gib",
+            "partitions",
         )
     )
     held = {
@@ -138,35 +178,7 @@ def build_snapshot(now: datetime) -> engine.Snapshot:
         if row["state"] == JobState.RUNNING and row["terminating_since"] is not None
     }
     jobs = tuple(
-        engine.Job(
-            id=job_id(row["pk"]),
-            team=row["team__name"],
-            instance_type=row["instance_type__name"],
-            gpus=row["gpus"],
-            submit_time=row["submitted_at"].timestamp(),
-            seq=row["pk"],
-            priority_class=row["priority_class__name"],
-            nodes=(
-                tuple((str(node), int(gpus)) for node, gpus in row["nodes"] or ())
-                if row["state"] == JobState.RUNNING
-                else ()
-            ),
-            started_at=_seconds(row["started_at"]) if row["state"] == JobState.RUNNING else None,
-            start_seq=row["start_seq"],
-            preemptions=row["preemption_count"],
-            last_preempted_at=_seconds(row["last_preempted_at"]),
-            # The team's limit of running GPUs per member counts by username (docs/limits.md).
-            submitter=row["submitter__username"],
-            checkpoint_interval_s=(
-                None if row["checkpoint_interval_s"] is None else float(row["checkpoint_interval_s"])
-            ),
-            progress_kept_s=row["progress_kept_s"],
-            terminating_since=(
-                _seconds(row["terminating_since"]) if row["state"] == JobState.RUNNING else None
-            ),
-        )
-        for row in rows
-        if not (row["state"] == JobState.PENDING and row["pk"] in held)
+        _engine_job(row) for row in rows if not (row["state"] == JobState.PENDING and row["pk"] in held)
     )
     snapshot = policy_snapshot()
     policy = snapshot.policy

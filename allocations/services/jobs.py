@@ -9,6 +9,8 @@ POLICY.md (a job that could never fit is refused at submission).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -137,7 +139,17 @@ def check_can_ever_fit(
     from allocations.engine import never_fits
     from allocations.selectors.snapshot import policy_snapshot
 
+    if gpus < 1:
+        return  # a job of partitions alone: no GPU limit to judge it on
     snapshot = policy_snapshot()
+    # Judged on GPUs alone: the resources were checked against one node by
+    # ``check_job_resources`` (docs/resources.md 3), and this judge counts GPUs only.
+    snapshot = replace(
+        snapshot,
+        instance_types=tuple(
+            engine.InstanceType(it.name, it.gpus_per_node) for it in snapshot.instance_types
+        ),
+    )
     candidate = engine.Job(
         id="new",
         team=team.name,
@@ -159,6 +171,7 @@ def _check_fields(
     image: str,
     requested_duration: int | None,
     checkpoint_interval_s: int | None = None,
+    partitions: Mapping[str, int] | None = None,
 ) -> None:
     """The field rules the service enforces whatever the caller (form, API, command) checked."""
     errors: dict[str, str] = {}
@@ -166,8 +179,8 @@ def _check_fields(
         errors["name"] = "Give the job a name."
     elif len(name) > 200:
         errors["name"] = f"At most 200 characters (got {len(name)})."
-    if gpus < 1:
-        errors["gpus"] = f"A job needs at least 1 GPU (got {gpus})."
+    if gpus < 0 or (gpus < 1 and not partitions):
+        errors["gpus"] = f"A job needs at least 1 GPU, or partitions (got {gpus})."
     if not (command.strip() or image.strip()):
         errors["command"] = "Give a command or an image to run."
     if requested_duration is not None and not 1 <= requested_duration <= MAX_REQUESTED_DURATION:
@@ -187,6 +200,65 @@ def _check_fields(
         raise ValidationError(errors)
 
 
+RESOURCE_WORDS = {"vcpus": "vCPU", "memory_gib": "GiB memory"}
+
+
+def check_job_resources(
+    instance_type: InstanceType,
+    gpus: int,
+    vcpus: Any = None,
+    memory_gib: Any = None,
+    partitions: Any = None,
+) -> None:
+    """What a job asks besides GPUs (docs/resources.md 3 and 8): resources its instance type
+    declares, at most what one node has (or its whole nodes have: no partitions then), known
+    partition profiles. Raises ``ValidationError`` naming the field and the value."""
+    errors: dict[str, str] = {}
+    per_node_gpus = instance_type.gpus_per_node
+    nodes = gpus // per_node_gpus if gpus > per_node_gpus else 1
+    where = f"one {instance_type.name} node" if nodes == 1 else f"{nodes} {instance_type.name} nodes"
+    for field, per_node in (
+        ("vcpus", instance_type.vcpus_per_node),
+        ("memory_gib", instance_type.memory_gib_per_node),
+    ):
+        value = {"vcpus": vcpus, "memory_gib": memory_gib}[field]
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            errors[field] = f"{field} must be a whole number of 0 or more; got {value!r}."
+        elif not per_node:
+            errors[field] = f"{instance_type.name} declares no {field}; got {value}."
+        elif value > nodes * per_node:
+            errors[field] = (
+                f"{field} {value:,} is more than {where} has ({nodes * per_node:,} {RESOURCE_WORDS[field]})."
+            )
+    if partitions:
+        have = dict(instance_type.partitions_per_node or {})
+        if not isinstance(partitions, Mapping):
+            errors["partitions"] = f"Partitions must be a mapping of profile to a count; got {partitions!r}."
+        elif not have:
+            errors["partitions"] = f"{instance_type.name} has no partitions; got {dict(partitions)!r}."
+        elif nodes > 1:
+            errors["partitions"] = f"A job of whole nodes asks for no partitions; got {dict(partitions)!r}."
+        else:
+            problems = []
+            for profile, count in partitions.items():
+                if profile not in have:
+                    problems.append(
+                        f"unknown partition profile {profile!r} of {instance_type.name} (it has: {', '.join(have)})"
+                    )
+                elif isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                    problems.append(f"{profile} must be a whole number of 1 or more; got {count!r}")
+                elif count > have[profile]:
+                    problems.append(
+                        f"{profile} {count} is more than one {instance_type.name} node has ({have[profile]})"
+                    )
+            if problems:
+                errors["partitions"] = "Partitions: " + "; ".join(problems) + "."
+    if errors:
+        raise ValidationError(errors)
+
+
 def job_submit(
     *,
     user: Any,
@@ -201,6 +273,9 @@ def job_submit(
     checkpoint_interval_s: int | None = None,
     idempotency_key: str | None = None,
     message: str = "",
+    vcpus: int | None = None,
+    memory_gib: int | None = None,
+    partitions: Mapping[str, int] | None = None,
 ) -> Job:
     """Submit a job to ``team``'s queue: validated, stored pending with a "submitted" event
     (``message``: its text, when not the default one). Without ``priority_class`` the job gets
@@ -220,8 +295,10 @@ def job_submit(
         image=image,
         requested_duration=requested_duration,
         checkpoint_interval_s=checkpoint_interval_s,
+        partitions=partitions,
     )
     check_whole_nodes(instance_type, gpus)
+    check_job_resources(instance_type, gpus, vcpus, memory_gib, partitions)
     now = timezone.now()
     with transaction.atomic():
         # The team's row locked: its limits as they are now, and submissions to the team one
@@ -244,6 +321,9 @@ def job_submit(
             image=image,
             requested_duration=requested_duration,
             checkpoint_interval_s=checkpoint_interval_s,
+            vcpus=vcpus,
+            memory_gib=memory_gib,
+            partitions=dict(partitions or {}),
             state=JobState.PENDING,
             submitted_at=now,
             idempotency_key=idempotency_key or "",
@@ -321,6 +401,9 @@ def job_resubmit(*, user: Any, job: Job, idempotency_key: str | None = None) -> 
             image=job.image,
             requested_duration=job.requested_duration,
             checkpoint_interval_s=job.checkpoint_interval_s,
+            vcpus=job.vcpus,
+            memory_gib=job.memory_gib,
+            partitions=job.partitions,
             idempotency_key=idempotency_key,
             # The new job's history points at the one it copies (whose history is append-only).
             message=(

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from allocations import choices
 from allocations.choices import BackendKind, BorrowLimitKind, NodeState, NodeStateSource
+from allocations.engine.resources import RESERVED, is_profile_name
 from allocations.models import (
     Cluster,
     ClusterPolicy,
@@ -158,7 +159,81 @@ def validate_instance_type(values: Mapping[str, Any], current: InstanceType | No
     if isinstance(price, bool) or not price_ok:
         errors.add("price_per_gpu_hour", f"Price per GPU-hour must be 0 or more dollars; got {price!r}.")
     _check_text(errors, "description", values.get("description", ""), 200)
+    _check_type_resources(errors, values, current)
     errors.raise_if_any()
+
+
+MAX_RESOURCE = 2_147_483_647  # PositiveIntegerField's ceiling (vCPU, GiB, partition counts)
+PROFILE_WORDS = (
+    "lower case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 63 "
+    f"characters, none of {', '.join(sorted(RESERVED))}"
+)
+
+
+def check_partitions(
+    add: Callable[[str, str], None], field: str, value: Any, *, known: Mapping[str, int] | None, low: int
+) -> dict[str, int] | None:
+    """``value`` must be a mapping of partition profile to a whole count >= ``low``
+    (docs/resources.md 8); with ``known`` (an instance type's profiles), only those profiles.
+    The errors name the field, the profile and the value; None when any is wrong."""
+    if not isinstance(value, dict):
+        add(field, f"Partitions must be a mapping of partition profile to a count; got {shown(value)}.")
+        return None
+    out: dict[str, int] = {}
+    for profile, count in value.items():
+        if not isinstance(profile, str) or not is_profile_name(profile):
+            add(field, f"{shown(profile)} is no partition profile name ({PROFILE_WORDS}).")
+        elif known is not None and profile not in known:
+            have = ", ".join(known) or "none"
+            add(field, f"Unknown partition profile {profile!r} (the instance type has: {have}).")
+        elif isinstance(count, bool) or not isinstance(count, int) or not low <= count <= MAX_RESOURCE:
+            add(field, f"Partitions {profile!r} must be a whole number of {low} or more; got {shown(count)}.")
+        else:
+            out[profile] = count
+    return out if len(out) == len(value) else None
+
+
+def _check_type_resources(errors: _Errors, values: Mapping[str, Any], current: InstanceType | None) -> None:
+    """vCPU, memory and partitions per node (docs/resources.md 1), never dropping a resource a
+    quota or a live job of the type names."""
+    for field, what, unit in (
+        ("vcpus_per_node", "vCPU per node", "vCPU"),
+        ("memory_gib_per_node", "Memory per node", "GiB"),
+    ):
+        errors.whole_number(field, values.get(field, 0), 0, MAX_RESOURCE, what, unit)
+    partitions = check_partitions(
+        errors.add, "partitions_per_node", values.get("partitions_per_node", {}), known=None, low=1
+    )
+    if current is None or current.pk is None or "partitions_per_node" in errors.by_field:
+        return
+    declared = {
+        "vcpus": bool(values.get("vcpus_per_node")),
+        "memory_gib": bool(values.get("memory_gib_per_node")),
+    }
+    quotas = list(current.quotas.select_related("team"))
+    jobs = list(
+        current.jobs.filter(state__in=choices.ACTIVE_JOB_STATES).values("vcpus", "memory_gib", "partitions")
+    )
+    for name, field in (("vcpus", "vcpus_per_node"), ("memory_gib", "memory_gib_per_node")):
+        if declared[name]:
+            continue
+        users = [
+            q.team.name
+            for q in quotas
+            if getattr(q, name) is not None or getattr(q, f"borrow_limit_{name}") is not None
+        ]
+        if users or any(j[name] is not None for j in jobs):
+            who = f"the quotas of {', '.join(users)}" if users else "live jobs"
+            errors.add(field, f"{field.replace('_', ' ').capitalize()} cannot be 0: {who} name {name}.")
+    profiles = set(partitions or {})
+    named = {p for q in quotas for p in (*q.partitions, *q.borrow_limit_partitions)}
+    named |= {p for j in jobs for p in j["partitions"] or {}}
+    dropped = sorted(named - profiles)
+    if dropped:
+        errors.add(
+            "partitions_per_node",
+            f"Partition profile(s) {', '.join(dropped)} cannot be removed: quotas or live jobs name them.",
+        )
 
 
 def validate_node(values: Mapping[str, Any], current: Node | None = None) -> None:
@@ -295,9 +370,11 @@ def _check_team_limits(errors: _Errors, values: Mapping[str, Any]) -> None:
             errors.whole_number(field, limit, 1, MAX_GPU_COUNT, what, "GPUs" if "gpus" in field else "jobs")
 
 
-def validate_quota(values: Mapping[str, Any]) -> None:
-    """A quota of GPUs with its borrow cap (percent, absolute or unlimited) and lend limit <= quota."""
+def validate_quota(values: Mapping[str, Any], instance_type: InstanceType | None = None) -> None:
+    """A quota of GPUs with its borrow cap (percent, absolute or unlimited) and lend limit <=
+    quota, and its other resources (docs/resources.md 2), which must be the instance type's."""
     errors = _Errors()
+    _check_quota_resources(errors, values, instance_type)
     quota = values.get("quota")
     quota_ok = errors.whole_number("quota", quota, 0, MAX_GPU_COUNT, "Quota", "GPUs")
     kind = values.get("borrow_limit_kind")
@@ -319,6 +396,53 @@ def validate_quota(values: Mapping[str, Any]) -> None:
     ):
         errors.add("lend_limit", f"Lend limit must be at most the quota ({quota} GPUs); got {lend_limit}.")
     errors.raise_if_any()
+
+
+# A quota's resource fields: (field, the type's per-node field, the resource's name, unit).
+QUOTA_RESOURCE_COLUMNS = (
+    ("vcpus", "vcpus_per_node", "vcpus", "vCPU"),
+    ("memory_gib", "memory_gib_per_node", "memory_gib", "GiB"),
+    ("borrow_limit_vcpus", "vcpus_per_node", "vcpus", "vCPU"),
+    ("borrow_limit_memory_gib", "memory_gib_per_node", "memory_gib", "GiB"),
+)
+
+
+def _check_quota_resources(errors: _Errors, values: Mapping[str, Any], it: InstanceType | None) -> None:
+    """vCPU, memory, partitions and instances of a quota and their absolute borrow limits
+    (docs/resources.md 2 and 8): whole numbers, only of resources the instance type declares,
+    and ``instances`` standing alone."""
+    for field, per_node, name, unit in QUOTA_RESOURCE_COLUMNS:
+        value = values.get(field)
+        if value is None:
+            continue
+        what = field.replace("_", " ").replace("gib", "GiB").capitalize()
+        ok = errors.whole_number(field, value, 0, MAX_RESOURCE, what, unit)
+        if ok and it is not None and not getattr(it, per_node):
+            errors.add(field, f"{it.name} declares no {name} (set its {per_node}); got {value}.")
+    known = dict(it.partitions_per_node or {}) if it is not None else None
+    for field in ("partitions", "borrow_limit_partitions"):
+        value = values.get(field, {})
+        if value and known is not None and not known:
+            errors.add(field, f"{it.name if it else ''} has no partitions; got {shown(value)}.")
+        else:
+            check_partitions(errors.add, field, value, known=known, low=0)
+    instances = values.get("instances")
+    if instances is None:
+        return
+    if errors.whole_number("instances", instances, 0, MAX_GPU_COUNT, "Instances", "nodes"):
+        others = [f for f in ("vcpus", "memory_gib") if values.get(f) is not None]
+        others += ["partitions"] * bool(values.get("partitions"))
+        if others:
+            errors.add(
+                "instances",
+                f"Instances stands alone: N nodes' worth of every resource; also given: {', '.join(others)}.",
+            )
+        elif it is not None and values.get("quota") != instances * it.gpus_per_node:
+            errors.add(
+                "quota",
+                f"With {instances} instances the quota is {instances * it.gpus_per_node} GPUs "
+                f"({it.gpus_per_node} per node); got {values.get('quota')!r}.",
+            )
 
 
 def validate_cluster(values: Mapping[str, Any]) -> None:
@@ -459,7 +583,12 @@ _CLUSTER = _Kind(Cluster, CLUSTER_FIELDS, lambda values, _: validate_cluster(val
 _CLUSTER_POLICY = _Kind(
     ClusterPolicy, CLUSTER_POLICY_FIELDS, lambda values, _: validate_cluster_policy(values)
 )
-_QUOTA = _Kind(TeamQuota, QUOTA_FIELDS, lambda values, _: validate_quota(values), _quota_repr)
+_QUOTA = _Kind(
+    TeamQuota,
+    QUOTA_FIELDS,
+    lambda values, current: validate_quota(values, current.instance_type if current else None),
+    _quota_repr,
+)
 
 
 def _policy_write(service: Callable[P, R]) -> Callable[P, R]:
@@ -525,13 +654,24 @@ def _delete(*, actor: Any, kind: _Kind, locked: models.Model) -> None:
 # --- Instance types -----------------------------------------------------------------------------
 @_policy_write
 def instance_type_create(
-    *, actor: Any, name: str, gpus_per_node: int, price_per_gpu_hour: Any = Decimal(0), description: str = ""
+    *,
+    actor: Any,
+    name: str,
+    gpus_per_node: int,
+    price_per_gpu_hour: Any = Decimal(0),
+    description: str = "",
+    vcpus_per_node: int = 0,
+    memory_gib_per_node: int = 0,
+    partitions_per_node: Mapping[str, int] | None = None,
 ) -> InstanceType:
     values = {
         "name": name,
         "gpus_per_node": gpus_per_node,
         "price_per_gpu_hour": Decimal(str(price_per_gpu_hour)),
         "description": description,
+        "vcpus_per_node": vcpus_per_node,
+        "memory_gib_per_node": memory_gib_per_node,
+        "partitions_per_node": {} if partitions_per_node is None else partitions_per_node,
     }
     return _create(actor=actor, kind=_INSTANCE_TYPE, values=values)
 
@@ -547,7 +687,13 @@ def instance_type_update(*, actor: Any, instance_type: InstanceType, **changes: 
                     "price_per_gpu_hour": f"Price per GPU-hour must be a number; got {changes['price_per_gpu_hour']!r}."
                 }
             ) from exc
-    return _update(actor=actor, kind=_INSTANCE_TYPE, obj=instance_type, changes=changes)
+    updated = _update(actor=actor, kind=_INSTANCE_TYPE, obj=instance_type, changes=changes)
+    # A quota in instances is N nodes' worth of GPUs: it follows a new number per node.
+    for quota in updated.quotas.select_related("team", "instance_type").filter(instances__isnull=False):
+        gpus = quota.instances * updated.gpus_per_node
+        if quota.quota != gpus:
+            _update(actor=actor, kind=_QUOTA, obj=quota, changes={"quota": gpus})
+    return updated
 
 
 @_policy_write
@@ -783,7 +929,15 @@ def team_quota_set(
     values = {**base, **settings}
     if values.get("borrow_limit_kind") != BorrowLimitKind.ABSOLUTE and "borrow_limit_kind" in settings:
         values["borrow_limit"] = None
-    validate_quota(values)
+    instances = values["instances"]
+    if (
+        isinstance(instances, int)
+        and not isinstance(instances, bool)
+        and isinstance(instance_type, InstanceType)
+    ):
+        # docs/resources.md 2: instances are N nodes' worth of GPUs too; the GPUs follow.
+        values["quota"] = instances * instance_type.gpus_per_node
+    validate_quota(values, instance_type if isinstance(instance_type, InstanceType) else None)
     if current is None:
         if values == QUOTA_DEFAULTS:
             return None

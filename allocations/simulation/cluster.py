@@ -11,6 +11,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from allocations.engine.resources import (
+    GPUS,
+    MEMORY,
+    RESERVED,
+    VCPUS,
+    is_profile_name,
+    quota_resources,
+    type_resources,
+)
 from allocations.engine.snapshot import (
     ClusterPolicy,
     IdleAllocation,
@@ -36,60 +45,146 @@ TEAM_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Nodes
 
 
+# docs/resources.md 1: what a node has besides GPUs, as node_pools and nodes entries name it.
+POOL_RESOURCE_KEYS = ("vcpus_per_node", "memory_gib_per_node", "partitions_per_node")
+NODE_RESOURCE_KEYS = ("vcpus", "memory_gib", "partitions")
+# One node's resources: (GPUs, vCPU, memory GiB, partitions by profile).
+NodeFigures = tuple[int, int, int, tuple[tuple[str, int], ...]]
+
+
+def _partitions(r: Reader, raw: object, path: str) -> tuple[tuple[str, int], ...] | None:
+    """A mapping of partition profile -> count (docs/resources.md 8), sorted by profile."""
+    if not isinstance(raw, Mapping):
+        r.bad(path, "must be a mapping of partition profile to a count", raw)
+        return None
+    out: dict[str, int] = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not is_profile_name(key):
+            r.bad(
+                key_path(path, key),
+                "is no partition profile name (lower case letters, digits, '-' and '.', none of "
+                + ", ".join(sorted(RESERVED))
+                + ")",
+                key,
+            )
+            continue
+        count = r.whole(value, key_path(path, key), minimum=1)
+        if count is not None:
+            out[key] = count
+    return tuple(sorted(out.items()))
+
+
+def _node_figures(
+    r: Reader, given: Mapping[str, Any], path: str, keys: Sequence[str], gpus: int
+) -> NodeFigures:
+    """A node's resources besides its GPUs, from the keys ``keys`` (a pool's or a node's)."""
+    vcpus_key, memory_key, partitions_key = keys
+    vcpus = r.whole(given[vcpus_key], f"{path}.{vcpus_key}", minimum=1) if vcpus_key in given else 0
+    memory = r.whole(given[memory_key], f"{path}.{memory_key}", minimum=1) if memory_key in given else 0
+    partitions = (
+        _partitions(r, given[partitions_key], f"{path}.{partitions_key}") if partitions_key in given else ()
+    )
+    return (gpus, vcpus or 0, memory or 0, partitions or ())
+
+
+def _figures_text(figures: NodeFigures) -> str:
+    gpus, vcpus, memory, partitions = figures
+    parts = [f"{gpus} GPUs"] + [f"{vcpus} vCPU"] * bool(vcpus) + [f"{memory} GiB"] * bool(memory)
+    parts += [f"{count} {profile}" for profile, count in partitions]
+    return ", ".join(parts)
+
+
+# Long: node_pools and nodes are read in SCENARIO.md's order, each entry in a few lines with its
+# own path in the errors; both share add_node, which checks every node of a type is alike.
 def read_cluster(r: Reader, raw: object) -> tuple[tuple[InstanceType, ...], tuple[Node, ...]]:
     cluster = r.mapping(raw, "cluster", ("node_pools", "nodes"))
     if cluster is None:
         return (), ()
     if not cluster.get("node_pools") and not cluster.get("nodes"):
         r.error("cluster", "needs node_pools or nodes")
-    gpus_per_node: dict[str, int] = {}
+    per_type: dict[str, NodeFigures] = {}
     nodes: list[Node] = []
     names: set[str] = set()
     counters: dict[str, int] = {}
 
-    def add_node(name: str, instance_type: str, gpus: int, path: str) -> None:
-        known = gpus_per_node.setdefault(instance_type, gpus)
-        if known != gpus:
-            r.error(path, f"every {instance_type} node must have the same GPUs ({known}), got {gpus}")
+    def add_node(name: str, instance_type: str, figures: NodeFigures, path: str) -> None:
+        known = per_type.setdefault(instance_type, figures)
+        if known != figures:
+            if known[0] != figures[0]:
+                r.error(
+                    path, f"every {instance_type} node must have the same GPUs ({known[0]}), got {figures[0]}"
+                )
+            else:
+                r.error(
+                    path,
+                    f"every {instance_type} node must have the same resources "
+                    f"({_figures_text(known)}), got {_figures_text(figures)}",
+                )
             return
         if name in names:
             r.error(path, f"duplicate node name {show(name)}")
             return
         names.add(name)
-        nodes.append(Node(name=name, instance_type=instance_type, gpus=gpus))
+        nodes.append(Node(name=name, instance_type=instance_type, gpus=figures[0]))
 
     for i, pool_raw in enumerate(r.sequence(cluster.get("node_pools", []), "cluster.node_pools") or []):
         path = f"cluster.node_pools[{i}]"
         pool = r.mapping(
             pool_raw,
             path,
-            ("instance_type", "count", "gpus_per_node"),
+            ("instance_type", "count", "gpus_per_node", *POOL_RESOURCE_KEYS),
             required=("instance_type", "count", "gpus_per_node"),
         )
-        if pool is None or len(pool) < 3:
+        if pool is None or not {"instance_type", "count", "gpus_per_node"} <= pool.keys():
             continue
+        errors_before = len(r.errors)
         instance_type = r.text(pool["instance_type"], f"{path}.instance_type")
         count = r.whole(pool["count"], f"{path}.count", minimum=0)
         gpus = r.whole(pool["gpus_per_node"], f"{path}.gpus_per_node", minimum=1)
-        if instance_type is None or count is None or gpus is None:
+        figures = _node_figures(r, pool, path, POOL_RESOURCE_KEYS, gpus or 0)
+        if instance_type is None or count is None or gpus is None or len(r.errors) > errors_before:
             continue
         for _ in range(count):
             counters[instance_type] = counters.get(instance_type, 0) + 1
-            add_node(f"{instance_type}-{counters[instance_type]:04d}", instance_type, gpus, path)
+            add_node(f"{instance_type}-{counters[instance_type]:04d}", instance_type, figures, path)
     for i, node_raw in enumerate(r.sequence(cluster.get("nodes", []), "cluster.nodes") or []):
         path = f"cluster.nodes[{i}]"
         node = r.mapping(
-            node_raw, path, ("name", "instance_type", "gpus"), required=("name", "instance_type", "gpus")
+            node_raw,
+            path,
+            ("name", "instance_type", "gpus", *NODE_RESOURCE_KEYS),
+            required=("name", "instance_type", "gpus"),
         )
-        if node is None or len(node) < 3:
+        if node is None or not {"name", "instance_type", "gpus"} <= node.keys():
             continue
+        errors_before = len(r.errors)
         name = r.text(node["name"], f"{path}.name")
         instance_type = r.text(node["instance_type"], f"{path}.instance_type")
         gpus = r.whole(node["gpus"], f"{path}.gpus", minimum=1)
-        if name is not None and instance_type is not None and gpus is not None:
-            add_node(name, instance_type, gpus, path)
-    types = tuple(InstanceType(name, per_node) for name, per_node in gpus_per_node.items())
+        figures = _node_figures(r, node, path, NODE_RESOURCE_KEYS, gpus or 0)
+        if (
+            name is not None
+            and instance_type is not None
+            and gpus is not None
+            and len(r.errors) == errors_before
+        ):
+            add_node(name, instance_type, figures, path)
+    types = tuple(
+        InstanceType(name, gpus, vcpus, memory, partitions)
+        for name, (gpus, vcpus, memory, partitions) in per_type.items()
+    )
     return types, tuple(nodes)
+
+
+def engine_refuses(types: Sequence[InstanceType]) -> list[str]:
+    """Why the engine cannot run a scenario of these instance types: it decides on GPUs alone
+    for now and refuses a resource it would leave out of every plan (docs/resources.md 9)."""
+    return [
+        f"cluster: instance type {show(it.name)} declares {', '.join(list(type_resources(it))[1:])}; "
+        "the engine decides on GPUs alone (docs/resources.md 9)"
+        for it in types
+        if len(type_resources(it)) > 1
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -242,6 +337,69 @@ def _per_type(r: Reader, raw: object, path: str, types: Mapping[str, InstanceTyp
     return out
 
 
+def _resource_amounts(
+    r: Reader, raw: Mapping[Any, Any], path: str, it: InstanceType, extra: tuple[str, ...] = ()
+) -> dict[str, int] | None:
+    """A mapping of the instance type's resources (and ``extra`` keys) to whole amounts >= 0
+    (docs/resources.md 2); None when any is wrong."""
+    known = type_resources(it)
+    out: dict[str, int] = {}
+    ok = True
+    for key, value in raw.items():
+        if not isinstance(key, str) or (key not in known and key not in extra):
+            ok = False
+            r.bad(key_path(path, key), _unknown_resource(it, key), key)
+            continue
+        amount = r.whole(value, key_path(path, key), minimum=0)
+        if amount is None:
+            ok = False
+        else:
+            out[key] = amount
+    return out if ok else None
+
+
+def _unknown_resource(it: InstanceType, key: object) -> str:
+    """Why ``key`` is no resource of ``it``: a resource the type does not declare, or an unknown
+    partition profile (docs/resources.md 8)."""
+    if key in (VCPUS, MEMORY):
+        return f"{it.name} declares no {key} (add {key}_per_node to its node pool)"
+    known = ", ".join(type_resources(it))
+    if not it.partitions_per_node:
+        return f"no resource of {it.name}, which has no partitions (its resources: {known})"
+    return f"unknown resource or partition profile of {it.name} (its resources: {known})"
+
+
+def _quota_form(r: Reader, raw: Mapping[Any, Any], path: str, it: InstanceType, current: Quota) -> Quota:
+    """A quota given per resource or as ``instances`` (docs/resources.md 2)."""
+    amounts = _resource_amounts(r, raw, path, it, ("instances",))
+    if amounts is None:
+        return current
+    if "instances" in amounts:
+        if len(amounts) > 1:
+            others = ", ".join(k for k in amounts if k != "instances")
+            r.error(
+                f"{path}.instances", f"stands alone: N nodes' worth of every resource (also given: {others})"
+            )
+            return current
+        n = amounts["instances"]
+        return replace(current, quota=n * it.gpus_per_node, resources=(), instances=n)
+    if not amounts:
+        r.bad(path, "must name at least one resource, or instances", dict(raw))
+        return current
+    others = tuple(sorted((k, v) for k, v in amounts.items() if k != GPUS))
+    return replace(current, quota=amounts.get(GPUS, 0), resources=others, instances=None)
+
+
+def _borrow_limits(r: Reader, raw: Mapping[Any, Any], path: str, it: InstanceType, current: Quota) -> Quota:
+    """Absolute borrow limits per resource (docs/resources.md 2); a resource not named keeps
+    the percentage."""
+    amounts = _resource_amounts(r, raw, path, it)
+    if amounts is None:
+        return current
+    others = tuple(sorted((k, v) for k, v in amounts.items() if k != GPUS))
+    return replace(current, borrow_limit=amounts.get(GPUS), borrow_unlimited=False, borrow_limits=others)
+
+
 # Long: a team entry's keys are read in SCENARIO.md's order, each in a few lines with its own
 # path in the errors; split, each part would take the reader, the path and the quotas along.
 def read_team(
@@ -267,9 +425,12 @@ def read_team(
     changes = _read_settings(r, team, path, _TEAM_READERS)
     if "quota" in team:
         for t, value in _per_type(r, team["quota"], f"{path}.quota", types).items():
+            if isinstance(value, Mapping):
+                quotas[t] = _quota_form(r, value, f"{path}.quota.{t}", types[t], quotas[t])
+                continue
             gpus = r.whole(value, f"{path}.quota.{t}", minimum=0)
             if gpus is not None:
-                quotas[t] = replace(quotas[t], quota=gpus)
+                quotas[t] = replace(quotas[t], quota=gpus, resources=(), instances=None)
     if "borrow_limit_percent" in team:
         pct = r.whole(team["borrow_limit_percent"], f"{path}.borrow_limit_percent", 0, 10000)
         if pct is not None:
@@ -277,15 +438,23 @@ def read_team(
     if "borrow_limit" in team:
         raw_limit = team["borrow_limit"]
         if raw_limit == "unlimited":
-            quotas = {t: replace(q, borrow_limit=None, borrow_unlimited=True) for t, q in quotas.items()}
+            quotas = {
+                t: replace(q, borrow_limit=None, borrow_unlimited=True, borrow_limits=())
+                for t, q in quotas.items()
+            }
         elif isinstance(raw_limit, Mapping):
             for t, value in _per_type(r, raw_limit, f"{path}.borrow_limit", types).items():
                 if value == "unlimited":
-                    quotas[t] = replace(quotas[t], borrow_limit=None, borrow_unlimited=True)
+                    quotas[t] = replace(quotas[t], borrow_limit=None, borrow_unlimited=True, borrow_limits=())
+                    continue
+                if isinstance(value, Mapping):
+                    quotas[t] = _borrow_limits(r, value, f"{path}.borrow_limit.{t}", types[t], quotas[t])
                     continue
                 gpus = r.whole(value, f"{path}.borrow_limit.{t}", minimum=0)
                 if gpus is not None:
-                    quotas[t] = replace(quotas[t], borrow_limit=gpus, borrow_unlimited=False)
+                    quotas[t] = replace(
+                        quotas[t], borrow_limit=gpus, borrow_unlimited=False, borrow_limits=()
+                    )
         else:
             r.bad(
                 f"{path}.borrow_limit", "must be 'unlimited' or a mapping of instance type to GPUs", raw_limit
@@ -342,13 +511,34 @@ def read_team(
     return result
 
 
-def team_scenario(team: Team, types: Sequence[str]) -> dict[str, Any]:
+def _quota_entry(q: Quota) -> int | dict[str, int]:
+    """A quota as a scenario writes it: GPUs, per resource, or instances (docs/resources.md 2)."""
+    if q.instances is not None:
+        return {"instances": q.instances}
+    if q.resources:
+        return {GPUS: q.quota, **dict(q.resources)}
+    return q.quota
+
+
+def _absolute_borrow_limits(it: InstanceType, q: Quota) -> dict[str, int]:
+    """Every resource's borrow cap as an absolute limit (docs/resources.md 2)."""
+    absolute = dict(q.borrow_limits)
+    if q.borrow_limit is not None:
+        absolute[GPUS] = q.borrow_limit
+    return {
+        name: absolute.get(name, amount * q.borrow_limit_percent // 100)
+        for name, amount in quota_resources(it, q).items()
+    }
+
+
+def team_scenario(team: Team, types: Sequence[str] | Mapping[str, InstanceType]) -> dict[str, Any]:
     """``team`` as an entry of a scenario's ``teams:`` (SCENARIO.md) over the instance types
-    ``types``, which ``read_team`` reads back as the same team there.
+    ``types`` (names, or the types by name), which ``read_team`` reads back as the same team there.
 
     A scenario has one borrow percentage per team: the quotas whose percentage differs from the
     team's most common one get the same cap as an absolute limit (``quota * percent // 100``,
-    the engine's own rounding), so a replay limits borrowing exactly as the team's rows do."""
+    the engine's own rounding), so a replay limits borrowing exactly as the team's rows do; on
+    an instance type given with resources beyond GPUs, every resource's cap (docs/resources.md 2)."""
     rows = {name: team.quotas.get(name, Quota()) for name in types}
     percents = [
         q.borrow_limit_percent for q in rows.values() if not q.borrow_unlimited and q.borrow_limit is None
@@ -365,7 +555,7 @@ def team_scenario(team: Team, types: Sequence[str]) -> dict[str, Any]:
         "fair_share_weight": team.fair_share_weight,
         "preempt_team_tasks": team.preempt_team_tasks.value,
         "reclaim": team.reclaim.value,
-        "quota": {name: q.quota for name, q in rows.items()},
+        "quota": {name: _quota_entry(q) for name, q in rows.items()},
         "borrow_limit_percent": percent,
     }
     borrow: dict[str, Any] = {}
@@ -373,6 +563,20 @@ def team_scenario(team: Team, types: Sequence[str]) -> dict[str, Any]:
     for name, q in rows.items():
         if q.borrow_unlimited:
             borrow[name] = "unlimited"
+        elif (
+            isinstance(types, Mapping)
+            and len(type_resources(types[name])) > 1
+            and q.borrow_limit_percent != percent
+        ):
+            borrow[name] = _absolute_borrow_limits(types[name], q)
+        elif q.borrow_limits:
+            # docs/resources.md 2: limits per resource; GPUs left out keep the percentage.
+            limits = dict(q.borrow_limits)
+            if q.borrow_limit is not None:
+                limits[GPUS] = q.borrow_limit
+            elif q.borrow_limit_percent != percent:
+                limits[GPUS] = q.quota * q.borrow_limit_percent // 100
+            borrow[name] = limits
         elif q.borrow_limit is not None:
             borrow[name] = q.borrow_limit
         elif q.borrow_limit_percent != percent:

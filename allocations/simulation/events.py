@@ -152,7 +152,9 @@ def sweep(
     time or later, the jobs' by submit time, then file order."""
     # The jobs to judge, bucketed by the number of events (in time order) before them: the
     # events at or before their submit time. No sort of every job is needed.
-    judged = [job for job in jobs if job.running_since is None and job.id not in unjudged]
+    # A job of partitions alone (docs/resources.md 3) asks no GPU to judge; its partitions
+    # were held to one node's when it was read.
+    judged = [job for job in jobs if job.running_since is None and job.id not in unjudged and job.gpus > 0]
     times = [raw.at for raw in raw_events]
     buckets: dict[int, list[ScenarioJob]] = {0: judged}
     if times:
@@ -175,7 +177,7 @@ def sweep(
         if e > 0:
             raw = raw_events[e - 1]
             errors_before = len(r.errors)
-            action = _resolve_event(r, raw, up, nodes, teams, policy, ids)
+            action = _resolve_event(r, raw, up, nodes, types, teams, policy, ids)
             errors.extend(((raw.at, 0, e), message) for message in r.errors[errors_before:])
             del r.errors[errors_before:]
             if action is not None:
@@ -257,15 +259,16 @@ def _resolve_event(
     raw: RawEvent,
     up: dict[str, bool],
     nodes: Sequence[Node],
+    instance_types: Sequence[InstanceType],
     teams: Mapping[str, Team],
     policy: ClusterPolicy,
     ids: Container[str],
 ) -> EventAction | None:
     """One event checked against the state the events before it leave (node counts)."""
     path = f"{raw.path}.{raw.kind}"
-    types = {}
-    for node in nodes:
-        types.setdefault(node.instance_type, InstanceType(node.instance_type, node.gpus))
+    # The types with nodes, with all their resources (an update_team's quotas may name them).
+    with_nodes = {node.instance_type for node in nodes}
+    types = {it.name: it for it in instance_types if it.name in with_nodes}
     if raw.kind in ("node_down", "node_up"):
         instance_type, count = raw.body
         going_down = raw.kind == "node_down"

@@ -49,6 +49,10 @@ class ScenarioJob:
     submitter: str | None = None  # who submitted it (the team's limit per member)
     # docs/preemption.md 2: a checkpoint every so many seconds of a run (None: none).
     checkpoint_interval_s: float | None = None
+    # docs/resources.md 3: vCPU and memory asked (None: the ratio), and partitions asked.
+    vcpus: int | None = None
+    memory_gib: int | None = None
+    partitions: tuple[tuple[str, int], ...] = ()
 
 
 def job_field(job: ScenarioJob, name: str) -> str:

@@ -44,6 +44,7 @@ from allocations.engine.snapshot import (
     Team,
 )
 
+from .cluster import engine_refuses
 from .result import ClusterResult, JobResult, PreemptionRecord, Result, TeamResult, percentile
 from .scenario import Cancel, NodeDown, NodeUp, Scenario, ScenarioError, ScenarioJob, UpdatePolicy, UpdateTeam
 
@@ -176,6 +177,9 @@ class _Run:
             submitter=s.submitter,
             checkpoint_interval_s=s.checkpoint_interval_s,
             progress_kept_s=self.progress_kept,
+            vcpus=s.vcpus,
+            memory_gib=s.memory_gib,
+            partitions=s.partitions,
         )
 
 
@@ -1177,6 +1181,8 @@ def replay(
     progress: Progress | None = None,
 ) -> Result:
     """Replay ``scenario`` through ``allocate`` (the engine's by default) and report."""
+    if allocate is None and (refused := engine_refuses(scenario.instance_types)):
+        raise ScenarioError(refused)
     # Built and run in one pause of the cyclic collector (``Replay.run`` says why), so that
     # the records made before the run are walked once when it ends, not once more between.
     with gc_paused():

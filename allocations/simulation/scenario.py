@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from allocations import bounded_json
+from allocations.engine.resources import UNITS
 from allocations.engine.snapshot import (
     ClusterPolicy,
     InstanceType,
@@ -116,6 +117,9 @@ JOB_KEYS = (
     "running_since",
     "submitter",
     "checkpoint_interval_s",
+    "vcpus",
+    "memory_gib",
+    "partitions",
 )
 
 
@@ -130,8 +134,10 @@ def _read_job(
     teams: Mapping[str, Team],
     classes: set[str],
 ) -> ScenarioJob | None:
-    job = r.mapping(raw, path, JOB_KEYS, required=("id", "team", "gpus"))
-    if job is None or not {"id", "team", "gpus"} <= job.keys():
+    # docs/resources.md 8: a job of partitions may leave its GPUs out.
+    required = ("id", "team") if isinstance(raw, Mapping) and "partitions" in raw else ("id", "team", "gpus")
+    job = r.mapping(raw, path, JOB_KEYS, required=required)
+    if job is None or not set(required) <= job.keys():
         return None
     errors_before = len(r.errors)
     job_id = job["id"]
@@ -142,7 +148,7 @@ def _read_job(
     if not isinstance(team, str) or (team not in teams and team not in r.refused_teams):
         r.bad(f"{path}.team", f"unknown team (teams: {', '.join(teams)})", team)
     refused = isinstance(team, str) and team in r.refused_teams  # reported already: skip silently
-    gpus = r.whole(job["gpus"], f"{path}.gpus", minimum=1)
+    gpus = r.whole(job.get("gpus", 0), f"{path}.gpus", minimum=0 if "partitions" in job else 1)
     if gpus is not None and gpus > MAX_GPUS:
         r.bad(f"{path}.gpus", f"must be at most {MAX_GPUS:,}", gpus)
     instance_type = job.get("instance_type", default_type(types))
@@ -188,6 +194,10 @@ def _read_job(
     if refused or len(r.errors) > errors_before:
         return None
     assert job_id is not None and gpus is not None and submit is not None and instance_type is not None
+    asks = _job_resources(r, job, path, types[instance_type], gpus)
+    if asks is None:
+        return None
+    vcpus, memory_gib, partitions = asks
     return ScenarioJob(
         id=job_id,
         team=team,
@@ -201,7 +211,66 @@ def _read_job(
         path=path,
         submitter=submitter,
         checkpoint_interval_s=checkpoint or None,
+        vcpus=vcpus,
+        memory_gib=memory_gib,
+        partitions=partitions,
     )
+
+
+def _job_resources(
+    r: Reader, job: Mapping[str, Any], path: str, it: InstanceType, gpus: int
+) -> tuple[int | None, int | None, tuple[tuple[str, int], ...]] | None:
+    """A job's vCPU, memory and partitions (docs/resources.md 3), each at most what its nodes
+    have: one node, or a whole-node job's nodes (no partitions then); None when any is wrong."""
+    errors_before = len(r.errors)
+    nodes = gpus // it.gpus_per_node if gpus > it.gpus_per_node else 1
+    where = f"one {it.name} node" if nodes == 1 else f"{nodes} {it.name} nodes"
+    out: list[int | None] = []
+    for key, per_node in (("vcpus", it.vcpus_per_node), ("memory_gib", it.memory_gib_per_node)):
+        if job.get(key) is None:
+            out.append(None)
+            continue
+        amount = r.whole(job[key], f"{path}.{key}", minimum=0)
+        if amount is not None and not per_node:
+            r.bad(
+                f"{path}.{key}", f"{it.name} declares no {key} (add {key}_per_node to its node pool)", amount
+            )
+        elif amount is not None and amount > nodes * per_node:
+            r.bad(f"{path}.{key}", f"more than {where} has ({nodes * per_node:,} {UNITS[key]})", amount)
+        out.append(amount)
+    partitions: dict[str, int] = {}
+    raw = job.get("partitions")
+    if raw is not None and not isinstance(raw, Mapping):
+        r.bad(f"{path}.partitions", "must be a mapping of partition profile to a count", raw)
+    elif raw is not None:
+        have = dict(it.partitions_per_node)
+        if not have:
+            r.bad(f"{path}.partitions", f"{it.name} has no partitions", dict(raw))
+        elif nodes > 1:
+            r.bad(f"{path}.partitions", "a job of whole nodes asks for no partitions", dict(raw))
+        else:
+            for profile, value in raw.items():
+                count = r.whole(value, f"{path}.partitions.{profile}", minimum=1)
+                if profile not in have:
+                    known = ", ".join(have)
+                    r.bad(
+                        f"{path}.partitions",
+                        f"unknown partition profile of {it.name} (it has: {known})",
+                        profile,
+                    )
+                elif count is not None and count > have[profile]:
+                    r.bad(
+                        f"{path}.partitions.{profile}",
+                        f"more than one {it.name} node has ({have[profile]})",
+                        count,
+                    )
+                elif count is not None:
+                    partitions[profile] = count
+    if gpus == 0 and not partitions and len(r.errors) == errors_before:
+        r.bad(f"{path}.gpus", "must be at least 1 when the job asks for no partitions", gpus)
+    if len(r.errors) > errors_before:
+        return None
+    return out[0], out[1], tuple(sorted(partitions.items()))
 
 
 # --------------------------------------------------------------------------------------------

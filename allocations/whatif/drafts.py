@@ -32,6 +32,16 @@ TEAM_SETTINGS = policy_fields.TEAM_SETTINGS
 ENGINE_TEAM_LIMITS = policy_fields.ENGINE_TEAM_LIMITS
 CLASS_SETTINGS = policy_fields.PRIORITY_CLASS_ENGINE_SETTINGS
 QUOTA_SETTINGS = policy_fields.QUOTA_FIELDS
+# A draft saved before the resources beyond GPUs (docs/resources.md) has none of their fields:
+# they are optional, and missing means their default (GPUs alone).
+QUOTA_REQUIRED = tuple(f for f in QUOTA_SETTINGS if f not in policy_fields.QUOTA_RESOURCE_FIELDS)
+
+
+def quota_settings(quota: Mapping[str, Any]) -> dict[str, Any]:
+    """A draft quota's settings, a field it lacks at its default."""
+    return {f: quota.get(f, policy_fields.QUOTA_DEFAULTS[f]) for f in QUOTA_SETTINGS}
+
+
 CLUSTER_POLICY_SETTINGS = policy_fields.CLUSTER_POLICY_FIELDS
 # Settings added after drafts were first saved, with the value a body without them means (the
 # model's default, which is today's behaviour: docs/preemption.md section 7).
@@ -124,7 +134,7 @@ def check_body(body: Any) -> None:
                     )
                     continue
                 errors += [
-                    f"{path}.quotas[{j}].{name}: is required" for name in QUOTA_SETTINGS if name not in quota
+                    f"{path}.quotas[{j}].{name}: is required" for name in QUOTA_REQUIRED if name not in quota
                 ]
     if errors:
         raise BodyError(errors)
@@ -195,7 +205,7 @@ def with_team(
     entry.update({field: settings[field] for field in ENGINE_TEAM_LIMITS if field in settings})
     rows = []
     for type_name, values in sorted(quotas.items()):
-        values = {field: values[field] for field in QUOTA_SETTINGS}
+        values = quota_settings(values)
         if values["borrow_limit_kind"] != BorrowLimitKind.ABSOLUTE:
             values["borrow_limit"] = None  # the service keeps a GPU cap only for absolute limits
         if values != policy_fields.QUOTA_DEFAULTS:
@@ -253,7 +263,7 @@ def quota_initial(body: Mapping[str, Any], name: str, instance_types: Iterable[A
     rows = []
     for instance_type in instance_types:
         quota = by_type.get(instance_type.name)
-        values = {f: quota[f] for f in QUOTA_SETTINGS} if quota else dict(policy_fields.QUOTA_DEFAULTS)
+        values = quota_settings(quota) if quota else dict(policy_fields.QUOTA_DEFAULTS)
         rows.append({"instance_type": instance_type, **values})
     return rows
 
@@ -277,7 +287,7 @@ def as_import(body: Mapping[str, Any]) -> interop.ImportedPolicy:
                 quotas=[
                     interop.QuotaSettings(
                         instance_type=q["instance_type"],
-                        values={f: q[f] for f in QUOTA_SETTINGS},
+                        values=quota_settings(q),
                         path=f"teams[{i}].quotas[{j}]",
                     )
                     for j, q in enumerate(team["quotas"])

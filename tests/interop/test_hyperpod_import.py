@@ -290,10 +290,11 @@ INVALID = {
         "ComputeQuotas[1].ComputeQuotaConfig.ComputeQuotaResources[1].Accelerators",
         "16 disagrees with Count 5 x 8 GPUs per node",
     ),
-    "vcpu-quota": (
+    # docs/resources.md 1: a type of GPUs alone has no vCPU to give.
+    "vcpu-quota-of-a-type-of-gpus-alone": (
         _bundle_with(_set([*QUOTA, "ComputeQuotaResources", 1, "VCpu"], 8.0)),
         "ComputeQuotas[1].ComputeQuotaConfig.ComputeQuotaResources[1].VCpu",
-        "gpugov counts whole GPUs only",
+        "ml.p5.48xlarge declares no vcpus",
     ),
     "priority-weight-above-100": (
         _bundle_with(
