@@ -362,7 +362,11 @@ def test_a_bad_value_is_a_validation_error_naming_the_field_and_value(admin_clie
     assert "ComputeQuotaConfig.ComputeQuotaResources[0].InstanceType: 'ml.p4d.24xlarge'" in message
 
 
-def test_vcpu_and_memory_quotas_are_refused_for_now(admin_client: Any) -> None:
+def test_vcpu_and_memory_quotas_follow_the_instance_types_resources(
+    admin_client: Any, personas: Personas
+) -> None:
+    """docs/resources.md 2: a quota names only resources its instance type counts; once the
+    type declares vCPU and memory, the API sets and describes them as HyperPod does."""
     qid = quota_id(admin_client, "team-a")
     config = quota_request()["ComputeQuotaConfig"]
     config["ComputeQuotaResources"][0]["VCpu"] = 16.0
@@ -370,7 +374,21 @@ def test_vcpu_and_memory_quotas_are_refused_for_now(admin_client: Any) -> None:
         admin_client.update_compute_quota, ComputeQuotaId=qid, TargetVersion=1, ComputeQuotaConfig=config
     )
     assert code == "ValidationException"
-    assert "VCpu: cannot be imported: gpugov counts whole GPUs only" in message
+    assert "VCpu: 16.0: ml.p5.48xlarge declares no vcpus" in message
+
+    policy_services.instance_type_update(
+        actor=personas.cluster_admin,
+        instance_type=personas.instance_type,
+        vcpus_per_node=192,
+        memory_gib_per_node=2048,
+    )
+    version = admin_client.describe_compute_quota(ComputeQuotaId=qid)["ComputeQuotaVersion"]
+    config["ComputeQuotaResources"][0]["MemoryInGiB"] = 300.0
+    admin_client.update_compute_quota(ComputeQuotaId=qid, TargetVersion=version, ComputeQuotaConfig=config)
+    (resource,) = admin_client.describe_compute_quota(ComputeQuotaId=qid)["ComputeQuotaConfig"][
+        "ComputeQuotaResources"
+    ]
+    assert (resource["VCpu"], resource["MemoryInGiB"]) == (16.0, 300.0)
 
 
 def test_a_stale_target_version_is_a_conflict(admin_client: Any, personas: Personas) -> None:

@@ -133,6 +133,22 @@ CASES: list[tuple[Any, tuple[str, ...], Any, str, Any, str]] = [
         "H100",
     ),
     (
+        services.instance_type_update,
+        policy_fields.INSTANCE_TYPE_FIELDS,
+        _instance_type,
+        "vcpus_per_node",
+        192,
+        "192",
+    ),
+    (
+        services.instance_type_update,
+        policy_fields.INSTANCE_TYPE_FIELDS,
+        _instance_type,
+        "memory_gib_per_node",
+        2048,
+        "2048",
+    ),
+    (
         services.priority_class_update,
         policy_fields.PRIORITY_CLASS_FIELDS,
         _priority_class,
@@ -258,6 +274,10 @@ COMBINED = {
     ("team_quota_set", "borrow_limit"),
     ("cluster_update", "backend_kind"),
     ("node_update", "instance_type"),
+    # A node's partitions are a mapping, and a quota's resources need the instance type to
+    # count them first (docs/resources.md 2): audited in their own test below.
+    ("instance_type_update", "partitions_per_node"),
+    *(("team_quota_set", field) for field in policy_fields.QUOTA_RESOURCE_FIELDS),
 }
 
 
@@ -374,3 +394,40 @@ def test_a_class_grace_set_back_to_the_policys_is_audited(personas):
     assert list(AuditEntry.objects.values_list("field", "old_value", "new_value")) == [
         ("preemption_grace_s", "45", audit.value_text(None))
     ]
+
+
+RESOURCE_QUOTA_CASES = [
+    ("vcpus", 48),
+    ("memory_gib", 512),
+    ("partitions", {"mig-1g.10gb": 2}),
+    ("borrow_limit_vcpus", 24),
+    ("borrow_limit_memory_gib", 256),
+    ("borrow_limit_partitions", {"mig-1g.10gb": 1}),
+    ("instances", 1),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), RESOURCE_QUOTA_CASES, ids=[c[0] for c in RESOURCE_QUOTA_CASES])
+def test_a_quotas_resources_are_audited_field_by_field(personas, field, value):
+    """docs/resources.md 2: each resource of a quota, once its instance type counts it."""
+    instance_type = services.instance_type_update(
+        actor=personas.cluster_admin,
+        instance_type=personas.instance_type,
+        vcpus_per_node=192,
+        memory_gib_per_node=2048,
+        partitions_per_node={"mig-1g.10gb": 7},
+    )
+    assert AuditEntry.objects.filter(field="partitions_per_node", new_value__contains="mig-1g.10gb").exists()
+    services.team_quota_set(
+        actor=personas.cluster_admin, team=personas.team, instance_type=instance_type, quota=8
+    )
+    AuditEntry.objects.all().delete()
+    services.team_quota_set(
+        actor=personas.cluster_admin,
+        team=personas.team,
+        instance_type=instance_type,
+        **{field: value},
+    )
+    fields = set(AuditEntry.objects.values_list("field", flat=True))
+    assert field in fields
+    assert all(entry.actor == personas.cluster_admin for entry in AuditEntry.objects.all())
