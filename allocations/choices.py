@@ -127,6 +127,8 @@ class JobEventKind(models.TextChoices):
     SUBMITTED = "submitted", "Submitted"
     STARTED = "started", "Started"
     PREEMPTED = "preempted", "Preempted"
+    # docs/preemption.md section 5: told to stop (SIGTERM) for a preemptor, within its grace.
+    SIGNALLED = "signalled", "Signalled"
     REQUEUED = "requeued", "Requeued"
     FINISHED = "finished", "Finished"
     FAILED = "failed", "Failed"

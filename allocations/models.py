@@ -6,6 +6,8 @@ friendly error first, but a bad row never gets in through any path.
 
 from __future__ import annotations
 
+import math
+
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
@@ -67,10 +69,10 @@ class ClusterPolicy(models.Model):
         default=0,
         help_text="Seconds a job runs after each start before it may be preempted (docs/preemption.md section 1)",
     )
-    # Grace is not carried out yet (docs/preemption.md section 5): the field exists so that
-    # every layer names it, and the services accept only 0.
     preemption_grace_s = models.PositiveIntegerField(
-        default=0, help_text="Seconds a victim gets to stop; only 0 (docs/preemption.md section 5)"
+        default=0,
+        help_text="Seconds a preempted job gets to stop once signalled; 0: stopped at once "
+        "(docs/preemption.md section 5)",
     )
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -94,7 +96,9 @@ class ClusterPolicy(models.Model):
                 name="policy_fair_share_history_percent_valid",
             ),
             models.CheckConstraint(condition=Q(min_runtime_s__gte=0), name="policy_min_runtime_non_negative"),
-            models.CheckConstraint(condition=Q(preemption_grace_s=0), name="policy_preemption_grace_zero"),
+            models.CheckConstraint(
+                condition=Q(preemption_grace_s__gte=0), name="policy_preemption_grace_non_negative"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -189,6 +193,11 @@ class PriorityClass(models.Model):
         blank=True,
         help_text="Seconds; empty: the cluster policy's minimum runtime (docs/preemption.md section 1)",
     )
+    preemption_grace_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Seconds; empty: the cluster policy's preemption grace (docs/preemption.md section 5)",
+    )
 
     class Meta:
         ordering = ["-weight", "name"]
@@ -198,6 +207,10 @@ class PriorityClass(models.Model):
             models.CheckConstraint(
                 condition=Q(min_runtime_s__isnull=True) | Q(min_runtime_s__gte=0),
                 name="priority_min_runtime_non_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(preemption_grace_s__isnull=True) | Q(preemption_grace_s__gte=0),
+                name="priority_preemption_grace_non_negative",
             ),
             models.CheckConstraint(
                 condition=Q(name__regex=choices.DNS_LABEL_REGEX), name="priority_name_dns_label"
@@ -428,6 +441,17 @@ class Job(models.Model):
     start_seq = models.BigIntegerField(default=0)
     preemption_count = models.PositiveIntegerField(default=0)
     last_preempted_at = models.DateTimeField(null=True, blank=True)
+    # docs/preemption.md section 5, written by the allocation loop: a running job preempted with
+    # a grace was signalled at ``terminating_since`` and keeps its nodes until it ends or
+    # ``grace_ends_at`` (then it is killed and requeued); ``preempted_for`` waits for it,
+    # out of the cycles, and ``preempted_reason`` is why (POLICY.md section 4). All empty
+    # otherwise.
+    terminating_since = models.DateTimeField(null=True, blank=True)
+    grace_ends_at = models.DateTimeField(null=True, blank=True)
+    preempted_for = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    preempted_reason = models.CharField(max_length=32, blank=True)
     external_id = models.CharField(max_length=100, blank=True, help_text="The backend's id of the job")
     # The key a resubmit carried (the API's Idempotency-Key header, the form's one-time token),
     # empty without one: the same key from the same submitter gives back this job.
@@ -458,6 +482,12 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=Q(lost_gpu_seconds__gte=0), name="job_lost_gpu_seconds_non_negative"
             ),
+            # Only a running job terminates, and then with the end of its grace.
+            models.CheckConstraint(
+                condition=Q(terminating_since__isnull=True)
+                | Q(state=JobState.RUNNING, grace_ends_at__isnull=False),
+                name="job_terminating_only_running",
+            ),
             # Concurrent requests with one key: one insert wins, the others read its job.
             models.UniqueConstraint(
                 fields=["submitter", "idempotency_key"],
@@ -468,6 +498,16 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} (#{self.pk})"
+
+    @property
+    def grace_left_s(self) -> int | None:
+        """Whole seconds left of its grace while it terminates (docs/preemption.md section 5),
+        for the job pages; None when it does not."""
+        if self.terminating_since is None or self.grace_ends_at is None:
+            return None
+        from django.utils import timezone
+
+        return max(0, math.ceil((self.grace_ends_at - timezone.now()).total_seconds()))
 
 
 class JobEvent(models.Model):

@@ -28,7 +28,7 @@ INSTANCE_TYPE_FIELDS = (
     "partitions_per_node",
 )
 NODE_FIELDS = ("name", "instance_type", "gpus", "state", "reason")
-PRIORITY_CLASS_FIELDS = ("name", "weight", "description", "min_runtime_s")
+PRIORITY_CLASS_FIELDS = ("name", "weight", "description", "min_runtime_s", "preemption_grace_s")
 CLUSTER_FIELDS = ("name", "backend_kind", "backend_settings", "time_zone")
 CLUSTER_POLICY_FIELDS = (
     "idle_allocation",
@@ -65,6 +65,10 @@ TEAM_LIMITS = (
     "max_running_gpus_per_member",
 )
 ENGINE_TEAM_LIMITS = ("max_running_gpus_per_member",)
+# What a what-if draft holds of a team: what the engine decides with, its limits included.
+DRAFT_TEAM_SETTINGS = (*TEAM_SETTINGS, *ENGINE_TEAM_LIMITS)
+# A priority class's settings beside its weight that the engine decides with (docs/preemption.md).
+PRIORITY_CLASS_ENGINE_SETTINGS = ("min_runtime_s", "preemption_grace_s")
 TEAM_FIELDS = ("name", *TEAM_SETTINGS, *TEAM_LIMITS)
 # docs/resources.md 2: a quota's resources besides its GPUs (``quota``), and absolute borrow
 # limits of those resources; every one left at its default means GPUs alone.

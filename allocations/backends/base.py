@@ -159,6 +159,17 @@ class ClusterBackend(ABC):
         """
 
     @abstractmethod
+    def signal(self, job_id: str) -> bool:
+        """Tell the running job to stop (SIGTERM to its processes) without taking it off its
+        nodes; idempotent (docs/preemption.md section 5, grace).
+
+        The job keeps its nodes until it ends by itself, which the backend then reports as any
+        end, or until ``preempt`` kills it and returns it to pending. Returns True when the job
+        runs there (signalled by this call or before), False when it has ended (or is ending)
+        by itself, or is unknown: nothing was signalled.
+        """
+
+    @abstractmethod
     def cancel(self, job_id: str) -> None:
         """Stop the job for good; idempotent (cancelling an ended or unknown job is a no-op)."""
 

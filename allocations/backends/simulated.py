@@ -60,6 +60,8 @@ SETTINGS: dict[str, tuple[type, Any, float | None]] = {
 # available: false takes the cluster offline; demo_workload is read by services/demo.py.
 OTHER_SETTINGS = {"available", "demo_workload"}
 LIVE_STATES = ("pending", "running")
+# The reason of a running job told to stop within its grace (docs/preemption.md section 5).
+SIGNALLED_REASON = "signalled (SIGTERM): stopping within its grace"
 ENDED_STATES = ("finished", "failed", "cancelled")
 # Slurm's default MinJobAge: many cycles' worth, so a cycle that fails after reading the list
 # still leaves the next ones time to learn of the ends it held.
@@ -355,6 +357,17 @@ class SimulatedBackend(ClusterBackend):
         )
         self._place(job_id, None)
         return bool(stopped) or SimulatedJob.objects.filter(job_id=job_id, state="pending").exists()
+
+    def signal(self, job_id: str) -> bool:
+        """A simulated job has no process to signal: it runs on, holding its nodes, until its
+        time is up or ``preempt`` kills it; its reason says it was signalled."""
+        from allocations.models import SimulatedJob
+
+        self._reachable()
+        self._advance(_now())
+        return bool(
+            SimulatedJob.objects.filter(job_id=job_id, state="running").update(reason=SIGNALLED_REASON)
+        )
 
     def cancel(self, job_id: str) -> None:
         from allocations.models import SimulatedJob

@@ -920,6 +920,30 @@ class SlurmBackend(ClusterBackend):
                 pending = True
         return pending and not ended
 
+    def signal(self, job_id: str) -> bool:
+        """``scancel --signal=TERM --full`` on the running copy: SIGTERM to the batch shell and
+        to every process of the job (``--batch`` would reach the shell alone, which waits for
+        its command before it handles a signal), which keeps its nodes. The grace is gpugov's
+        (docs/slurm.md "Preemption grace"): after it, ``preempt`` requeues the job held. A
+        released copy Slurm has not started yet has nothing to signal and still counts as
+        running (True); no live copy, or one already completing: False."""
+        copies = self._job_copies(job_id)
+        running = [c for c in copies if JOB_STATES.get(c.state) is BackendJobState.RUNNING]
+        for copy in running:
+            if copy.state == "COMPLETING":
+                return False
+            try:
+                self._run("scancel", "--signal=TERM", "--full", copy.slurm_id)
+            except PermanentBackendError as exc:
+                if not _already_ended(str(exc)):
+                    raise
+                return False
+        # Without a running copy: released onto its nodes and waiting for Slurm's scheduler,
+        # which gpugov counts as running.
+        return bool(running) or any(
+            JOB_STATES.get(c.state) is BackendJobState.PENDING and not c.held for c in copies
+        )
+
     def cancel(self, job_id: str) -> None:
         """``scancel`` every live copy; ended or unknown: no-op."""
         for copy in self._job_copies(job_id):

@@ -175,6 +175,17 @@ def min_runtime_field(*, required: bool, help_text: str) -> WholeNumberField:
     )
 
 
+def preemption_grace_field(*, help_text: str) -> WholeNumberField:
+    return WholeNumberField(
+        label="Preemption grace (seconds)",
+        unit="seconds",
+        low=0,
+        high=rules.MAX_PREEMPTION_GRACE_S,
+        required=False,
+        help_text=help_text,
+    )
+
+
 class PriorityClassForm(PolicyForm):
     rule = staticmethod(rules.validate_priority_class)  # type: ignore[assignment]
     weight = WholeNumberField(label="Weight", low=0, high=100, help_text="0 to 100; higher runs first")
@@ -182,6 +193,10 @@ class PriorityClassForm(PolicyForm):
         required=False,
         help_text="A job of this class is no preemption candidate until it has run this long since its "
         "last start; empty: the cluster policy's (docs/preemption.md section 1)",
+    )
+    preemption_grace_s = preemption_grace_field(
+        help_text="A preempted job of this class is signalled (SIGTERM) and keeps its GPUs this long "
+        "to stop before it is killed; empty: the cluster policy's (docs/preemption.md section 5)",
     )
 
     class Meta:
@@ -259,17 +274,19 @@ class TeamForm(PolicyForm):
         }
 
     def __init__(self, *args: Any, limits: bool = True, **kwargs: Any) -> None:
-        """``limits=False``: without the fields of what the team may ask for (a what-if draft
-        holds only the settings the engine decides with)."""
+        """``limits=False``: without the limits checked at submission (a what-if draft holds
+        only the settings the engine decides with, the engine's limits among them)."""
         super().__init__(*args, **kwargs)
         # Say what the default is, not where it is written (a document the user may not have).
         self.fields["preempt_while_borrowing"].choices = [
             ("", "Default (lower-priority; never when reclaim is never)"),
             *choices.PREEMPT_WHILE_BORROWING_CHOICES,
         ]
+        self.limits = limits
         if not limits:
             for name in policy_fields.TEAM_LIMITS:
-                del self.fields[name]
+                if name not in policy_fields.ENGINE_TEAM_LIMITS:
+                    del self.fields[name]
             return
         allowed = self.fields["allowed_priority_classes"]
         assert isinstance(allowed, forms.MultipleChoiceField)
@@ -283,11 +300,16 @@ class TeamForm(PolicyForm):
         )
 
     def setting_fields(self) -> list[forms.BoundField]:
-        """The visible fields but the limits: the settings card of the team page."""
+        """The visible fields but the limits: the settings card of the team page (a draft's
+        form shows the engine's limits there: it has no limits card)."""
+        if not self.limits:
+            return list(self.visible_fields())
         return [f for f in self.visible_fields() if f.name not in policy_fields.TEAM_LIMITS]
 
     def limit_fields(self) -> list[forms.BoundField]:
         """The limits' fields (none on a draft's form): their own card of the team page."""
+        if not self.limits:
+            return []
         return [f for f in self.visible_fields() if f.name in policy_fields.TEAM_LIMITS]
 
     def service_values(self) -> dict[str, Any]:
@@ -472,14 +494,10 @@ class ClusterPolicyForm(PolicyForm):
         help_text="A running job is no preemption candidate until it has run this long since its last "
         "start; 0 or empty: no minimum. A priority class may set its own (docs/preemption.md section 1)",
     )
-    preemption_grace_s = WholeNumberField(
-        label="Preemption grace (seconds)",
-        unit="seconds",
-        low=0,
-        high=0,
-        required=False,
-        help_text="Not carried out yet: a victim is stopped at once, so only 0 is accepted "
-        "(docs/preemption.md section 5)",
+    preemption_grace_s = preemption_grace_field(
+        help_text="A preempted job is signalled (SIGTERM) and keeps its GPUs this long to stop before "
+        "it is killed; its preemptor waits for them. 0 or empty: stopped at once. A priority class "
+        "may set its own; at most a day (docs/preemption.md section 5)",
     )
 
     # Empty is off, as a form posted before these fields existed means.

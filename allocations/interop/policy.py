@@ -149,10 +149,13 @@ class TeamSettings:
 @dataclass(slots=True)
 class ImportedPolicy:
     """What an import sets. ``priority_classes`` (name -> weight), when given, is the complete
-    set: classes not in it are deleted. Teams not listed are left as they are."""
+    set: classes not in it are deleted. ``class_settings`` (name -> field -> value) sets a
+    class's other fields where a source has them (a what-if draft; HyperPod has no such field,
+    so its import leaves them alone). Teams not listed are left as they are."""
 
     cluster_policy: dict[str, Any] = field(default_factory=dict)
     priority_classes: dict[str, int] | None = None
+    class_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     teams: list[TeamSettings] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -188,14 +191,22 @@ def diff(imported: ImportedPolicy, state: PolicyState | None = None) -> list[Cha
     if imported.priority_classes is not None:
         current = {pc.name: pc for pc in state.priority_classes}
         for name, weight in imported.priority_classes.items():
-            if name not in current:
+            pc = current.get(name)
+            if pc is None:
                 changes.append(Change("create", "priority class", name, "weight", "", _text(weight)))
-            elif current[name].weight != weight:
+            elif pc.weight != weight:
                 changes.append(
-                    Change(
-                        "update", "priority class", name, "weight", _text(current[name].weight), _text(weight)
-                    )
+                    Change("update", "priority class", name, "weight", _text(pc.weight), _text(weight))
                 )
+            for setting, new in imported.class_settings.get(name, {}).items():
+                if pc is None and new is not None:
+                    changes.append(Change("create", "priority class", name, setting, "", _text(new)))
+                elif pc is not None and getattr(pc, setting) != new:
+                    changes.append(
+                        Change(
+                            "update", "priority class", name, setting, _text(getattr(pc, setting)), _text(new)
+                        )
+                    )
         for name, pc in current.items():
             if name not in imported.priority_classes:
                 changes.append(Change("delete", "priority class", name, "weight", _text(pc.weight), ""))

@@ -93,15 +93,29 @@ def _apply(imported: ImportedPolicy, *, actor: Any) -> list[Change]:
                 policy_services.priority_class_delete(actor=actor, priority_class=pc)
         for i, (name, weight) in enumerate(imported.priority_classes.items()):
             path = f"ClusterSchedulerConfig.SchedulerConfig.PriorityClasses[{i}]"
+            settings = imported.class_settings.get(name, {})
             if name not in current:
-                _at(path, policy_services.priority_class_create, actor=actor, name=name, weight=weight)
-            elif current[name].weight != weight:
+                _at(
+                    path,
+                    policy_services.priority_class_create,
+                    actor=actor,
+                    name=name,
+                    weight=weight,
+                    **settings,
+                )
+                continue
+            class_changes = {
+                field: value
+                for field, value in {"weight": weight, **settings}.items()
+                if getattr(current[name], field) != value
+            }
+            if class_changes:
                 _at(
                     path,
                     policy_services.priority_class_update,
                     actor=actor,
                     priority_class=current[name],
-                    weight=weight,
+                    **class_changes,
                 )
 
     # 4. Teams, then each team's complete set of quotas.

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('allocations', '0020_preemption_grace'),
+        ('allocations', '0021_preemption_grace_live'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -23,7 +23,7 @@ import hashlib
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.core.cache import cache
@@ -113,6 +113,15 @@ def forecast(
     for job in sorted((job for job in snapshot.jobs if job.id in targets), key=order):
         queues.setdefault((job.team, job.instance_type), []).append(job)
     start_seq = max((job.start_seq for job in snapshot.jobs), default=0)
+    # docs/preemption.md section 5: a victim within its grace keeps its GPUs until it ends or
+    # its grace runs out (``killed_at``), and its preemptor is held out of the cycles meanwhile
+    # (``held``: preemptor -> its victims still terminating), as the loop does.
+    killed_at = {
+        job.id: job.terminating_since + engine.preemption_grace_of(snapshot.policy, job)
+        for job in snapshot.jobs
+        if job.running and job.terminating_since is not None
+    }
+    held: dict[str, set[str]] = {}
     t = now
     deadline = time.process_time() + budget_s
     stopped = f"the forecast stopped after {max_steps} allocation cycle{'' if max_steps == 1 else 's'}"
@@ -121,16 +130,26 @@ def forecast(
             # The rest stays unknown rather than keep a page waiting.
             stopped = "the forecast ran out of its time budget before this job started"
             break
-        current = replace(snapshot, jobs=tuple(jobs.values()))
+        current = replace(snapshot, jobs=tuple(job for job in jobs.values() if job.id not in held))
         plan = allocate(current, t)
         # 1. Apply the cycle's decisions: preemptions first, then starts (Plan's contract).
+        signalled = False
         for preemption in plan.preemptions:
             victim = jobs[preemption.job_id]
-            jobs[victim.id] = replace(
-                victim, nodes=(), started_at=None, preemptions=victim.preemptions + 1, last_preempted_at=t
-            )
-        started = {start.job_id for start in plan.starts}
-        for start in plan.starts:
+            grace = engine.preemption_grace_of(snapshot.policy, victim)
+            counted = replace(victim, preemptions=victim.preemptions + 1, last_preempted_at=t)
+            if grace > 0:
+                jobs[victim.id] = replace(counted, terminating_since=t)
+                killed_at[victim.id] = t + grace
+                held.setdefault(preemption.preemptor, set()).add(victim.id)
+                signalled = True
+            else:
+                jobs[victim.id] = replace(counted, nodes=(), started_at=None)
+        # With a victim signalled, the plan counted GPUs free that are not yet: its starts wait
+        # for the next cycle, which plans again (the loop's rule).
+        made = () if signalled else plan.starts
+        started = {start.job_id for start in made}
+        for start in made:
             start_seq += 1
             job = jobs[start.job_id]
             jobs[start.job_id] = replace(job, nodes=start.nodes, started_at=t, start_seq=start_seq)
@@ -150,7 +169,7 @@ def forecast(
                     ahead_why[job.id] = _why_before(job, ahead, t, plan)
         if all(starts[job_id] is not None for job_id in targets):
             break
-        if plan.starts or plan.preemptions:
+        if made or plan.preemptions:
             continue  # decisions at one instant come to rest before the clock moves (POLICY 3.5)
         # 3. Move the clock to the next moment something changes: a job ends, a back-off expires.
         running = [job for job in jobs.values() if job.running]
@@ -176,11 +195,14 @@ def forecast(
             for job in running
             if job.started_at is not None and (protected := engine.min_runtime_of(snapshot.policy, job)) > 0
         ]
-        upcoming = [moment for moment in (*ends, *backoffs, *protections) if moment > t]
+        kills = [killed_at[job.id] for job in running if job.id in killed_at]
+        upcoming = [moment for moment in (*ends, *backoffs, *protections, *kills) if moment > t]
         finished = [job.id for job, end in zip(running, ends, strict=True) if end <= t]
         if finished:
             for job_id in finished:
-                del jobs[job_id]
+                _gone(jobs, held, killed_at, job_id)
+            continue
+        if _kill_due(jobs, held, killed_at, t):
             continue
         if not upcoming:
             stopped = "no job that runs or waits frees room for it"
@@ -189,12 +211,44 @@ def forecast(
             stopped = f"it would not start within {_days(horizon_s)}"
             break
         t = min(upcoming)
-        # 4. Jobs whose requested duration is over leave the cluster at the new time.
+        # 4. Jobs whose requested duration is over leave the cluster at the new time; victims
+        # whose grace is over are killed and wait again.
         for job, end in zip(running, ends, strict=True):
             if end <= t:
-                del jobs[job.id]
+                _gone(jobs, held, killed_at, job.id)
+        _kill_due(jobs, held, killed_at, t)
     unknown = {job_id: stopped for job_id, start in starts.items() if start is None}
     return Forecast(starts=starts, unknown=unknown, ahead=ahead_why)
+
+
+def _release(held: dict[str, set[str]], victim: str) -> None:
+    """A victim off its nodes no longer holds its preemptor back (once it holds none)."""
+    for preemptor in [p for p, victims in held.items() if victim in victims]:
+        held[preemptor].discard(victim)
+        if not held[preemptor]:
+            del held[preemptor]
+
+
+def _gone(
+    jobs: dict[str, engine.Job], held: dict[str, set[str]], killed_at: dict[str, float], job_id: str
+) -> None:
+    """A job that ended (its requested duration is over), within its grace or not."""
+    del jobs[job_id]
+    killed_at.pop(job_id, None)
+    _release(held, job_id)
+
+
+def _kill_due(
+    jobs: dict[str, engine.Job], held: dict[str, set[str]], killed_at: dict[str, float], t: float
+) -> bool:
+    """Kill the victims whose grace is over at ``t``: back to pending, their preemption counted
+    when they were signalled. True when any was."""
+    due = [job_id for job_id, at in killed_at.items() if at <= t and job_id in jobs]
+    for job_id in due:
+        jobs[job_id] = replace(jobs[job_id], nodes=(), started_at=None, terminating_since=None)
+        del killed_at[job_id]
+        _release(held, job_id)
+    return bool(due)
 
 
 def _gpus(count: int) -> str:
@@ -276,12 +330,37 @@ def job_estimates(snapshot: engine.Snapshot, now: datetime) -> Estimates:
             logger.warning("start estimates: the cache is unreachable; not kept", exc_info=True)
     return Estimates(
         starts={
-            job_pk(ident): (datetime.fromtimestamp(seconds, tz=UTC) if seconds is not None else None)
-            for ident, seconds in cached.starts.items()
+            **{
+                job_pk(ident): (datetime.fromtimestamp(seconds, tz=UTC) if seconds is not None else None)
+                for ident, seconds in cached.starts.items()
+            },
+            **_held_starts(),
         },
         unknown={job_pk(ident): text for ident, text in cached.unknown.items()},
         ahead={job_pk(ident): text for ident, text in cached.ahead.items()},
     )
+
+
+def _held_starts() -> dict[int, datetime]:
+    """The preemptors the loop holds out of the snapshot while their victims terminate
+    (docs/preemption.md section 5): each is expected when the last of its victims is off its
+    nodes, at the end of its grace or its own requested end if sooner (one SELECT)."""
+    ends: dict[int, datetime] = {}
+    victims = (
+        Job.objects.filter(
+            state=JobState.RUNNING,
+            terminating_since__isnull=False,
+            preempted_for__state=JobState.PENDING,
+        )
+        .order_by()
+        .values_list("preempted_for", "grace_ends_at", "started_at", "requested_duration", "progress_kept_s")
+    )
+    for preemptor, grace_ends_at, started_at, duration, kept in victims:
+        end = grace_ends_at
+        if started_at is not None and duration:
+            end = min(end, started_at + timedelta(seconds=max(0.0, float(duration) - kept)))
+        ends[preemptor] = max(end, ends.get(preemptor, end))
+    return ends
 
 
 def estimated_starts(snapshot: engine.Snapshot, now: datetime) -> dict[int, datetime | None]:

@@ -56,6 +56,7 @@ def _policy(priority_classes: tuple[engine.PriorityClass, ...]) -> engine.Cluste
         fair_share_half_life_s=float(row.fair_share_half_life_s),
         fair_share_history_percent=row.fair_share_history_percent,
         min_runtime_s=float(row.min_runtime_s),
+        preemption_grace_s=float(row.preemption_grace_s),
     )
 
 
@@ -86,10 +87,13 @@ def policy_snapshot() -> engine.Snapshot:
     )
     priority_classes = tuple(
         engine.PriorityClass(
-            name=name, weight=weight, min_runtime_s=None if min_runtime is None else float(min_runtime)
+            name=name,
+            weight=weight,
+            min_runtime_s=None if min_runtime is None else float(min_runtime),
+            preemption_grace_s=None if grace is None else float(grace),
         )
-        for name, weight, min_runtime in PriorityClass.objects.order_by("-weight", "name").values_list(
-            "name", "weight", "min_runtime_s"
+        for name, weight, min_runtime, grace in PriorityClass.objects.order_by("-weight", "name").values_list(
+            "name", "weight", "min_runtime_s", "preemption_grace_s"
         )
     )
     return engine.Snapshot(
@@ -105,7 +109,44 @@ def build_snapshot(now: datetime) -> engine.Snapshot:
     """Everything one cycle decides from: ``policy_snapshot()`` and the running and pending
     jobs (jobs on a draining node keep running there), and, with fairness over time on, each
     team's borrowing lately (one more SELECT, ``selectors/fairness.py``). ``now`` is the
-    cycle's clock, which the history is decayed to; the engine gets it separately."""
+    cycle's clock, which the history is decayed to; the engine gets it separately.
+
+    docs/preemption.md section 5: a running job within its grace carries ``terminating_since``
+    (its GPUs stay counted, and the engine never picks it again), and a pending job waiting for
+    such a victim (``Job.preempted_for``) is left out, held back as the simulator holds it: the
+    GPUs it waits for are its own once the victim is gone."""
+    rows = list(
+        # The live states as the job_live partial index names them, so that SQLite uses it too.
+        Job.objects.filter(state__in=ACTIVE_JOB_STATES)
+        .order_by("pk")
+        .values(
+            "pk",
+            "state",
+            "team__name",
+            "instance_type__name",
+            "gpus",
+            "submitted_at",
+            "priority_class__name",
+            "nodes",
+            "started_at",
+            "start_seq",
+            "preemption_count",
+            "last_preempted_at",
+            "submitter__username",
+            "checkpoint_interval_s",
+            "progress_kept_s",
+            "terminating_since",
+            "preempted_for",
+            "vcpus",
+            "memory_gib",
+            "partitions",
+        )
+    )
+    held = {
+        row["preempted_for"]
+        for row in rows
+        if row["state"] == JobState.RUNNING and row["terminating_since"] is not None
+    }
     jobs = tuple(
         engine.Job(
             id=job_id(row["pk"]),
@@ -130,34 +171,16 @@ def build_snapshot(now: datetime) -> engine.Snapshot:
                 None if row["checkpoint_interval_s"] is None else float(row["checkpoint_interval_s"])
             ),
             progress_kept_s=row["progress_kept_s"],
+            terminating_since=(
+                _seconds(row["terminating_since"]) if row["state"] == JobState.RUNNING else None
+            ),
             # docs/resources.md 3: None and {} (every job of GPUs alone) leave the defaults.
             vcpus=row["vcpus"],
             memory_gib=row["memory_gib"],
             partitions=tuple(sorted((str(k), int(v)) for k, v in (row["partitions"] or {}).items())),
         )
-        # The live states as the job_live partial index names them, so that SQLite uses it too.
-        for row in Job.objects.filter(state__in=ACTIVE_JOB_STATES)
-        .order_by("pk")
-        .values(
-            "pk",
-            "state",
-            "team__name",
-            "instance_type__name",
-            "gpus",
-            "submitted_at",
-            "priority_class__name",
-            "nodes",
-            "started_at",
-            "start_seq",
-            "preemption_count",
-            "last_preempted_at",
-            "submitter__username",
-            "checkpoint_interval_s",
-            "progress_kept_s",
-            "vcpus",
-            "memory_gib",
-            "partitions",
-        )
+        for row in rows
+        if not (row["state"] == JobState.PENDING and row["pk"] in held)
     )
     snapshot = policy_snapshot()
     policy = snapshot.policy

@@ -9,7 +9,15 @@ cycle starts by comparing the two. A worker killed between ``backend.start`` and
 commit leaves a job the backend runs and the database has as pending; the next cycle's sync
 adopts it (and records a correction). A worker killed after ``backend.preempt`` leaves a job
 the database has as running and the backend holds as pending; the next sync requeues it.
-``start``, ``preempt`` and ``cancel`` are idempotent (base.py), so repeating one is harmless.
+``start``, ``preempt``, ``signal`` and ``cancel`` are idempotent (base.py), so repeating one is
+harmless.
+
+Grace (docs/preemption.md section 5): a victim whose grace is above 0 is signalled
+(``backend.signal``), not stopped. It stays running on its nodes, counted, with
+``terminating_since``, ``grace_ends_at`` and ``preempted_for``; its preemptor stays pending and
+out of the snapshots (``build_snapshot``) with the reason ``preempting``. A victim that ends by
+itself is ended by the sync as any job; one still running when its grace is over is killed and
+requeued (``backend.preempt``) before the snapshot, and its preemptor is back in the cycle.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -43,6 +51,10 @@ from allocations.backends import (
 from allocations.choices import JobEventKind, JobState, NodeStateSource
 from allocations.models import Cluster, CycleRun, InstanceType, Job, JobEvent, Node, NodeStateChange
 from allocations.selectors.snapshot import build_snapshot, job_id, job_pk
+
+# The fields of a job within its grace (docs/preemption.md section 5), cleared whenever it
+# leaves its nodes.
+GRACE_FIELDS = ("terminating_since", "grace_ends_at", "preempted_for", "preempted_reason")
 
 log = logging.getLogger(__name__)
 
@@ -161,10 +173,17 @@ def _moment(seconds: float | None, default: datetime) -> datetime:
     return default if seconds is None else datetime.fromtimestamp(seconds, tz=UTC)
 
 
+def _clear_grace(job: Job) -> list[str]:
+    """Off its nodes, a job no longer terminates: the fields to write."""
+    job.terminating_since = job.grace_ends_at = job.preempted_for = None
+    job.preempted_reason = ""
+    return list(GRACE_FIELDS)
+
+
 def _requeue(changes: _Changes, job: Job, now: datetime, reason: str, message: str) -> None:
     """Back to pending, keeping its submit time (POLICY.md section 4), with a requeued event."""
     job.state, job.nodes, job.started_at = JobState.PENDING, [], None
-    changes.touch(job, "state", "nodes", "started_at")
+    changes.touch(job, "state", "nodes", "started_at", *_clear_grace(job))
     changes.event(job, JobEventKind.REQUEUED, now, reason=reason, message=message[:500])
 
 
@@ -192,7 +211,7 @@ def end_job(
     ran_on = job.nodes or nodes or []
     job.state, job.finished_at, job.nodes = state, at, []
     event = JobEvent(job=job, kind=JobEventKind(state), at=at, nodes=ran_on, message=message[:500])
-    return ["state", "finished_at", "nodes"], event
+    return ["state", "finished_at", "nodes", *_clear_grace(job)], event
 
 
 def _end(job: Job, changes: _Changes, seen: BackendJob, now: datetime) -> None:
@@ -201,6 +220,8 @@ def _end(job: Job, changes: _Changes, seen: BackendJob, now: datetime) -> None:
         seen.reason if seen.exit_code in (None, 0) else f"exit code {seen.exit_code}; {seen.reason}".strip()
     )
     nodes = [list(pair) for pair in seen.nodes]
+    if job.terminating_since is not None:
+        message = f"{message.strip('; ')}; ended within its preemption grace".strip("; ")
     fields, event = end_job(
         job, state=state, at=_moment(seen.finished_at, now), nodes=nodes, message=message.strip("; ")
     )
@@ -371,6 +392,97 @@ def _hold(backend: ClusterBackend, seen: BackendJob, changes: _Changes) -> None:
     changes.correct(f"job {seen.job_id} waited in the backend, which could start it by itself: held there")
 
 
+# --- (2b) graces that ran out ------------------------------------------------------------------
+
+
+def _grace_due(backend: ClusterBackend, now: datetime, changes: _Changes) -> int:
+    """Kill and requeue each victim still running when its grace is over (docs/preemption.md
+    section 5), as a victim with no grace is at once: it loses the work since its last
+    checkpoint, up to now. One the backend finds ending by itself is left to the next sync.
+    Returns how many were killed."""
+    due = changes.load(
+        {
+            job.pk: job
+            for job in Job.objects.filter(
+                state=JobState.RUNNING, terminating_since__isnull=False, grace_ends_at__lte=now
+            )
+            .select_related("team", "instance_type")
+            .order_by()
+        }
+    )
+    killed = 0
+    for job in due.values():
+        try:
+            stopped = backend.preempt(job_id(job.pk))
+        except PermanentBackendError as exc:
+            changes.notes.append(f"job {job.pk}: its grace is over but it could not be stopped: {exc}")
+            continue
+        if not stopped:
+            changes.notes.append(f"job {job.pk}: its grace is over and it is ending by itself")
+            continue
+        assert job.terminating_since is not None
+        ran, lost_gpu_seconds, kept = _preemption_cost(job, now)
+        job.progress_kept_s += kept
+        job.lost_gpu_seconds += lost_gpu_seconds
+        changes.touch(job, "progress_kept_s", "lost_gpu_seconds")
+        grace = (now - job.terminating_since).total_seconds()
+        message = (
+            f"preempted by job {job.preempted_for_id} ({job.preempted_reason}): killed when its grace "
+            f"ran out, {grace:.0f} s after it was signalled"
+        )
+        changes.event(
+            job,
+            JobEventKind.PREEMPTED,
+            now,
+            nodes=job.nodes,
+            reason=job.preempted_reason,
+            preemptor_id=job.preempted_for_id,
+            message=message,
+            ran_s=ran,
+            lost_gpu_seconds=lost_gpu_seconds,
+        )
+        _requeue(changes, job, now, job.preempted_reason, message)
+        changes.notes.append(f"job {job.pk}: its grace ran out: killed and requeued")
+        killed += 1
+    return killed
+
+
+def _signal(
+    backend: ClusterBackend,
+    job: Job,
+    preemption: engine.Preemption,
+    grace: float,
+    now: datetime,
+    changes: _Changes,
+) -> bool:
+    """Signal the victim ``job`` for its preemptor, within ``grace`` seconds (docs/preemption.md
+    section 5). True: signalled, and recorded; False: it is ending by itself (a refusal of the
+    backend is raised). The preemption is counted now (its back-off too, POLICY.md 3.5); the
+    lost work when it is killed (``_grace_due``)."""
+    if not backend.signal(preemption.job_id):
+        return False
+    job.terminating_since = now
+    job.grace_ends_at = now + timedelta(seconds=grace)
+    job.preempted_for_id = job_pk(preemption.preemptor)
+    job.preempted_reason = preemption.reason
+    job.preemption_count += 1
+    job.last_preempted_at = now
+    changes.touch(job, *GRACE_FIELDS, "preemption_count", "last_preempted_at")
+    changes.event(
+        job,
+        JobEventKind.SIGNALLED,
+        now,
+        nodes=job.nodes,
+        reason=preemption.reason,
+        preemptor_id=job.preempted_for_id,
+        message=(
+            f"signalled (SIGTERM) for job {preemption.preemptor} ({preemption.reason}): keeps its "
+            f"GPUs until it stops, at most {grace:g} s"
+        ),
+    )
+    return True
+
+
 # --- (5) apply -----------------------------------------------------------------------------------
 
 
@@ -414,19 +526,30 @@ def _preemption_cost(job: Job, now: datetime) -> tuple[float, float, float]:
 # Long: preemptions and starts share the error handling that keeps what the backend already
 # did when a call fails half-way; split, each half would repeat it.
 def _apply(
-    backend: ClusterBackend, plan: engine.Plan, now: datetime, changes: _Changes, start_seq: Iterator[int]
+    backend: ClusterBackend,
+    plan: engine.Plan,
+    now: datetime,
+    changes: _Changes,
+    start_seq: Iterator[int],
+    graces: dict[str, float] | None = None,
 ) -> tuple[int, int, list[str]]:
     """Preemptions first, then starts, each through the backend and then onto the rows.
 
     A permanent error on one job is recorded and the job stays as it was; a transient one stops
     the phase (what the backend already did is still written, so nothing is lost).
+
+    A victim with a grace in ``graces`` (seconds, by job id; docs/preemption.md section 5) is
+    signalled instead of stopped; then, as in the simulator, none of the plan's starts is
+    made: the plan counted the victim's GPUs free, which they are not yet, and the next cycle
+    plans again with the victim still on its nodes and its preemptor held back.
     """
     errors: list[str] = []
+    graces = graces or {}
     wanted = {job_pk(p.job_id) for p in plan.preemptions} | {job_pk(s.job_id) for s in plan.starts}
     jobs = changes.load(
         {job.pk: job for job in Job.objects.filter(pk__in=wanted).select_related("team", "instance_type")}
     )
-    preempted = started = 0
+    preempted = started = signalled = 0
     # A victim the backend refused to preempt, or found ending by itself, still holds its
     # nodes: its preemptor, and any start on those nodes, waits for the next cycle (which
     # plans from what really runs). Such a victim stays running here: the next sync ends it.
@@ -437,19 +560,27 @@ def _apply(
         job = jobs.get(job_pk(preemption.job_id))
         if job is None or job.state != JobState.RUNNING:  # cancelled or deleted since the snapshot
             continue
+        grace = graces.get(preemption.job_id, 0.0)
+        stopped: bool | None
         try:
-            stopped = backend.preempt(preemption.job_id)
+            if grace > 0:
+                if _signal(backend, job, preemption, grace, now, changes):
+                    signalled += 1
+                    preempted += 1
+                    continue
+                stopped = False
+            else:
+                stopped = backend.preempt(preemption.job_id)
         except PermanentBackendError as exc:
-            errors.append(f"preempt job {preemption.job_id}: {exc}")
-            stopped = False
-        else:
-            if not stopped:
+            errors.append(f"{'signal' if grace > 0 else 'preempt'} job {preemption.job_id}: {exc}")
+            stopped = None
+        if not stopped:
+            if stopped is False:
                 ending.add(preemption.job_id)
                 changes.notes.append(
                     f"job {preemption.job_id} was not preempted for job {preemption.preemptor}: the "
                     "backend no longer runs it (it ended by itself); the next cycle plans again"
                 )
-        if not stopped:
             not_freed[preemption.preemptor] = preemption.job_id
             kept_running.update((str(node), preemption.job_id) for node, _ in job.nodes)
             continue
@@ -474,7 +605,12 @@ def _apply(
         )
         _requeue(changes, job, now, preemption.reason, message)
         preempted += 1
-    for start in plan.starts:
+    if signalled and plan.starts:
+        changes.notes.append(
+            f"{signalled} victim(s) signalled within their grace: the plan's {len(plan.starts)} "
+            "start(s) wait for the next cycle (docs/preemption.md section 5)"
+        )
+    for start in () if signalled else plan.starts:
         job = jobs.get(job_pk(start.job_id))
         # Pending now, or preempted a moment ago by this plan; anything else changed meanwhile.
         if job is None or job.state != JobState.PENDING:
@@ -516,9 +652,35 @@ def _apply(
 # --- (6) record ----------------------------------------------------------------------------------
 
 
-def _record_pending_reasons(plan: engine.Plan) -> int:
+def _held_reasons(now: datetime) -> dict[str, engine.PendingReason]:
+    """The reason of each preemptor held back for victims within their grace (docs/preemption.md
+    section 5), worded as the simulator's (one SELECT)."""
+    waits: dict[int, list[str]] = {}
+    victims = (
+        Job.objects.filter(
+            state=JobState.RUNNING, terminating_since__isnull=False, preempted_for__state=JobState.PENDING
+        )
+        .order_by("pk")
+        .values_list("pk", "preempted_for", "terminating_since", "grace_ends_at")
+    )
+    for pk, preemptor, since, ends in victims:
+        grace = (ends - since).total_seconds()
+        left = max(0.0, (ends - now).total_seconds())
+        waits.setdefault(preemptor, []).append(f"job {pk} (grace {grace:.0f} s, {left:.0f} s left)")
+    return {
+        job_id(pk): engine.PendingReason(
+            engine.PendingCode.PREEMPTING,
+            f"waits for {', '.join(parts)} to stop: their GPUs are kept for it",
+        )
+        for pk, parts in waits.items()
+    }
+
+
+def _record_pending_reasons(plan: engine.Plan, held: dict[str, engine.PendingReason] | None = None) -> int:
     """Write the reason of every job left pending, only where it changed (one SELECT and one
-    UPDATE per 5,000 changed rows, however many jobs are pending)."""
+    UPDATE per 5,000 changed rows, however many jobs are pending); ``held``: the reasons of the
+    jobs the plan did not see (held back, ``_held_reasons``), which take precedence."""
+    held = held or {}
     # No ordering: Job's default one (by submission) has SQLite walk every job in that order.
     current = (
         Job.objects.filter(state=JobState.PENDING)
@@ -527,14 +689,14 @@ def _record_pending_reasons(plan: engine.Plan) -> int:
     )
     changed = []
     for pk, code, message in current:
-        reason = plan.pending.get(job_id(pk))
+        reason = held.get(job_id(pk)) or plan.pending.get(job_id(pk))
         if reason is None:
             continue
         text = reason.message[:500]
         if (code, message) != (reason.code.value, text):
             changed.append(Job(pk=pk, pending_reason_code=reason.code.value, pending_reason_message=text))
     _write_pending_reasons(changed)
-    return len(plan.pending)
+    return len(plan.pending) + len(held)
 
 
 def _write_pending_reasons(rows: list[Job]) -> None:
@@ -564,6 +726,16 @@ def _write_pending_reasons(rows: list[Job]) -> None:
                     for value in (job.pk, job.pending_reason_code, job.pending_reason_message)
                 ],
             )
+
+
+def _graces(snapshot: engine.Snapshot, plan: engine.Plan) -> dict[str, float]:
+    """The grace of each victim of ``plan`` (docs/preemption.md section 5), by job id."""
+    if not plan.preemptions:
+        return {}
+    victims = {p.job_id for p in plan.preemptions}
+    return {
+        job.id: engine.preemption_grace_of(snapshot.policy, job) for job in snapshot.jobs if job.id in victims
+    }
 
 
 def _mark_backend(healthy: bool, error: str, now: datetime) -> None:
@@ -618,6 +790,10 @@ def _locked_cycle(cluster: Cluster, trigger: str) -> CycleRun:
         _sync_jobs(backend, now, changes, start_seq)
         with transaction.atomic():
             changes.save()
+        # Victims whose grace ran out leave their nodes before the snapshot is taken.
+        _grace_due(backend, now, changes)
+        with transaction.atomic():
+            changes.save()
         run.sync_ms = lap()
         # (3) Snapshot of the database, now that it agrees with the backend.
         snapshot = build_snapshot(now)
@@ -627,14 +803,16 @@ def _locked_cycle(cluster: Cluster, trigger: str) -> CycleRun:
         run.engine_ms = lap()
         # (5) Apply the plan through the backend, then write it (see _apply for the order).
         try:
-            run.preempted, run.started, apply_errors = _apply(backend, plan, now, changes, start_seq)
+            run.preempted, run.started, apply_errors = _apply(
+                backend, plan, now, changes, start_seq, _graces(snapshot, plan)
+            )
             errors.extend(apply_errors)
         finally:
             with transaction.atomic():
                 changes.save()
         run.apply_ms = lap()
         # (6) Record pending reasons and the run.
-        run.pending = _record_pending_reasons(plan)
+        run.pending = _record_pending_reasons(plan, _held_reasons(now))
         run.ok = not errors
         if not cluster.backend_healthy or cluster.backend_error:
             _mark_backend(True, "", now)

@@ -67,6 +67,8 @@ DNS_LABEL_WORDS = "lowercase letters, digits and '-', starting and ending with a
 # Longest minimum runtime accepted (seconds): 30 days. Longer would make a running job
 # unpreemptable for good, which a priority class's weight already says more plainly.
 MAX_MIN_RUNTIME_S = 30 * 24 * 3600
+# docs/preemption.md section 7: a day at most, as the scenario format; above it, a typo.
+MAX_PREEMPTION_GRACE_S = 24 * 3600
 
 
 # --- Rules --------------------------------------------------------------------------------------
@@ -266,6 +268,11 @@ def validate_priority_class(values: Mapping[str, Any], current: PriorityClass | 
     min_runtime = values.get("min_runtime_s")
     if min_runtime is not None:
         errors.whole_number("min_runtime_s", min_runtime, 0, MAX_MIN_RUNTIME_S, "Minimum runtime", "seconds")
+    grace = values.get("preemption_grace_s")
+    if grace is not None:
+        errors.whole_number(
+            "preemption_grace_s", grace, 0, MAX_PREEMPTION_GRACE_S, "Preemption grace", "seconds"
+        )
     if current is None and PriorityClass.objects.count() >= choices.MAX_PRIORITY_CLASSES:
         errors.add(
             "__all__",
@@ -518,23 +525,18 @@ def validate_cluster_policy(values: Mapping[str, Any]) -> None:
     errors.whole_number(
         "min_runtime_s", values.get("min_runtime_s", 0), 0, MAX_MIN_RUNTIME_S, "Minimum runtime", "seconds"
     )
-    check_preemption_grace(errors.add, values.get("preemption_grace_s", 0))
+    errors.whole_number(
+        "preemption_grace_s",
+        values.get("preemption_grace_s", 0),
+        0,
+        MAX_PREEMPTION_GRACE_S,
+        "Preemption grace",
+        "seconds",
+    )
     errors.raise_if_any()
 
 
 MAX_FAIR_SHARE_HALF_LIFE_S = 365 * 24 * 3600
-
-
-def check_preemption_grace(add: Callable[[str, str], None], value: Any) -> None:
-    """Grace is not carried out yet (docs/preemption.md section 5): only 0 is accepted, and
-    any other value is refused with that reason rather than stored and silently ignored."""
-    if value == 0 and not isinstance(value, bool):
-        return
-    add(
-        "preemption_grace_s",
-        "Preemption grace is not carried out yet: a victim is stopped at once (docs/preemption.md "
-        f"section 5); only 0 is accepted; got {shown(value)}.",
-    )
 
 
 def shown(value: Any, limit: int = 40) -> str:
@@ -775,11 +777,23 @@ def node_delete(*, actor: Any, node: Node) -> None:
 # --- Priority classes ---------------------------------------------------------------------------
 @_policy_write
 def priority_class_create(
-    *, actor: Any, name: str, weight: int, description: str = "", min_runtime_s: int | None = None
+    *,
+    actor: Any,
+    name: str,
+    weight: int,
+    description: str = "",
+    min_runtime_s: int | None = None,
+    preemption_grace_s: int | None = None,
 ) -> PriorityClass:
     # Lock the existing classes so that two concurrent creations cannot both pass the 32 check.
     list(PriorityClass.objects.select_for_update().values_list("pk", flat=True))
-    values = {"name": name, "weight": weight, "description": description, "min_runtime_s": min_runtime_s}
+    values = {
+        "name": name,
+        "weight": weight,
+        "description": description,
+        "min_runtime_s": min_runtime_s,
+        "preemption_grace_s": preemption_grace_s,
+    }
     return _create(actor=actor, kind=_PRIORITY_CLASS, values=values)
 
 
@@ -842,7 +856,7 @@ def cluster_update(*, actor: Any, **changes: Any) -> Cluster:
 @_policy_write
 def cluster_policy_update(*, actor: Any, **changes: Any) -> ClusterPolicy:
     """Change the cluster policy (idle allocation, task ranking, unallocated sharing, queueing,
-    minimum runtime; preemption grace only 0)."""
+    minimum runtime, preemption grace)."""
     audit.refuse_unknown(changes, CLUSTER_POLICY_FIELDS)
     cluster = Cluster.objects.filter(pk=1).first() or cluster_update(actor=actor)
     policy = ClusterPolicy.objects.select_for_update().filter(cluster=cluster).first()

@@ -117,7 +117,11 @@ def draft_detail(request: HttpRequest, pk: int) -> HttpResponse:
             new_class.add_error("name", f"The draft already has a priority class named {name!r}.")
         else:
             new_body = bodies.with_priority_class(
-                body, name, new_class.cleaned_data["weight"], new_class.cleaned_data.get("min_runtime_s")
+                body,
+                name,
+                new_class.cleaned_data["weight"],
+                new_class.cleaned_data.get("min_runtime_s"),
+                new_class.cleaned_data.get("preemption_grace_s"),
             )
     elif which and which.startswith("class:"):
         name = which.split(":", 1)[1]
@@ -128,7 +132,11 @@ def draft_detail(request: HttpRequest, pk: int) -> HttpResponse:
             new_body = bodies.with_priority_class(body, name, None)
         elif form.is_valid():
             new_body = bodies.with_priority_class(
-                body, name, form.cleaned_data["weight"], form.cleaned_data.get("min_runtime_s")
+                body,
+                name,
+                form.cleaned_data["weight"],
+                form.cleaned_data.get("min_runtime_s"),
+                form.cleaned_data.get("preemption_grace_s"),
             )
     elif which == "name" and name_form.is_valid():
         try:

@@ -3,8 +3,12 @@
 Layout (every key always present, so a body is complete on its own)::
 
     {"cluster_policy": {<CLUSTER_POLICY_FIELDS>},
-     "priority_classes": [{"name", "weight", "description", "min_runtime_s"}, ...],
-     "teams": [{"name", <TEAM_FIELDS>, "quotas": [{"instance_type", <QUOTA_FIELDS>}, ...]}, ...]}
+     "priority_classes": [{"name", "weight", "description", <PRIORITY_CLASS_ENGINE_SETTINGS>}, ...],
+     "teams": [{"name", <DRAFT_TEAM_SETTINGS>, "quotas": [{"instance_type", <QUOTA_FIELDS>}, ...]}, ...]}
+
+A draft holds what the engine decides with: a team's settings and the limits the engine
+enforces at each cycle (``ENGINE_TEAM_LIMITS``), not those checked at submission. A key added
+after a draft was saved may be missing from its body: see ``ADDED_SETTINGS``.
 
 The body is turned into what the rest of the product already understands: unsaved model rows
 for the console's forms (so a draft is edited with the live policy's forms and rules), an
@@ -25,6 +29,8 @@ from allocations.models import ClusterPolicy, PriorityClass, Team
 from allocations.simulation.cluster import team_scenario
 
 TEAM_SETTINGS = policy_fields.TEAM_SETTINGS
+ENGINE_TEAM_LIMITS = policy_fields.ENGINE_TEAM_LIMITS
+CLASS_SETTINGS = policy_fields.PRIORITY_CLASS_ENGINE_SETTINGS
 QUOTA_SETTINGS = policy_fields.QUOTA_FIELDS
 # A draft saved before the resources beyond GPUs (docs/resources.md) has none of their fields:
 # they are optional, and missing means their default (GPUs alone).
@@ -40,6 +46,8 @@ CLUSTER_POLICY_SETTINGS = policy_fields.CLUSTER_POLICY_FIELDS
 # Settings added after drafts were first saved, with the value a body without them means (the
 # model's default, which is today's behaviour: docs/preemption.md section 7).
 ADDED_SETTINGS: dict[str, Any] = {"min_runtime_s": 0, "preemption_grace_s": 0}
+# A team's engine limits are the same kind of late key, but a body without them leaves the live
+# team's as they are when applied (they are not in its import) and replays without them.
 
 
 class BodyError(ValueError):
@@ -61,14 +69,14 @@ def live_body(state: interop.PolicyState | None = None) -> dict[str, Any]:
                 "name": pc.name,
                 "weight": pc.weight,
                 "description": pc.description,
-                "min_runtime_s": pc.min_runtime_s,
+                **{name: getattr(pc, name) for name in CLASS_SETTINGS},
             }
             for pc in state.priority_classes
         ],
         "teams": [
             {
                 "name": team.name,
-                **{name: getattr(team, name) for name in TEAM_SETTINGS},
+                **{name: getattr(team, name) for name in (*TEAM_SETTINGS, *ENGINE_TEAM_LIMITS)},
                 "quotas": [
                     {"instance_type": q.instance_type.name, **{n: getattr(q, n) for n in QUOTA_SETTINGS}}
                     for q in state.quotas(team)
@@ -154,22 +162,29 @@ _KEEP: Any = object()
 
 
 def with_priority_class(
-    body: Mapping[str, Any], name: str, weight: int | None, min_runtime_s: int | None = _KEEP
+    body: Mapping[str, Any],
+    name: str,
+    weight: int | None,
+    min_runtime_s: int | None = _KEEP,
+    preemption_grace_s: int | None = _KEEP,
 ) -> dict[str, Any]:
     """The body with class ``name`` at ``weight`` (added when new), or without it (``None``);
-    its minimum runtime set when given (None: the policy's), else kept."""
+    its minimum runtime and preemption grace set when given (None: the policy's), else kept."""
     new = copy.deepcopy(dict(body))
     classes = [pc for pc in new["priority_classes"] if pc["name"] != name]
     if weight is not None:
         old = next((pc for pc in new["priority_classes"] if pc["name"] == name), None)
         if min_runtime_s is _KEEP:
             min_runtime_s = old.get("min_runtime_s") if old else None
+        if preemption_grace_s is _KEEP:
+            preemption_grace_s = old.get("preemption_grace_s") if old else None
         classes.append(
             {
                 "name": name,
                 "weight": weight,
                 "description": old["description"] if old else "",
                 "min_runtime_s": min_runtime_s,
+                "preemption_grace_s": preemption_grace_s,
             }
         )
     new["priority_classes"] = sorted(classes, key=lambda pc: (-pc["weight"], pc["name"]))
@@ -187,6 +202,7 @@ def with_team(
     if entry is None:
         raise KeyError(name)
     entry.update({field: settings[field] for field in TEAM_SETTINGS})
+    entry.update({field: settings[field] for field in ENGINE_TEAM_LIMITS if field in settings})
     rows = []
     for type_name, values in sorted(quotas.items()):
         values = quota_settings(values)
@@ -217,6 +233,7 @@ def priority_class_row(body: Mapping[str, Any], name: str) -> PriorityClass | No
         weight=pc["weight"],
         description=pc.get("description", ""),
         min_runtime_s=pc.get("min_runtime_s"),
+        preemption_grace_s=pc.get("preemption_grace_s"),
     )
     row._state.adding = live is None  # Django's unique checks then skip the row itself
     return row
@@ -228,7 +245,12 @@ def team_row(body: Mapping[str, Any], name: str) -> Team | None:
     if entry is None:
         return None
     live = Team.objects.filter(name=name).values_list("pk", flat=True).first()
-    row = Team(pk=live, name=name, **{field: entry[field] for field in TEAM_SETTINGS})
+    row = Team(
+        pk=live,
+        name=name,
+        **{field: entry[field] for field in TEAM_SETTINGS},
+        **{field: entry.get(field) for field in ENGINE_TEAM_LIMITS},
+    )
     row._state.adding = live is None
     return row
 
@@ -252,10 +274,16 @@ def as_import(body: Mapping[str, Any]) -> interop.ImportedPolicy:
     return interop.ImportedPolicy(
         cluster_policy=cluster_policy_values(body),
         priority_classes={pc["name"]: pc["weight"] for pc in body["priority_classes"]},
+        class_settings={
+            pc["name"]: {name: pc[name] for name in CLASS_SETTINGS if name in pc}
+            for pc in body["priority_classes"]
+        },
         teams=[
             interop.TeamSettings(
                 name=team["name"],
-                values={field: team[field] for field in TEAM_SETTINGS},
+                values={
+                    field: team[field] for field in (*TEAM_SETTINGS, *ENGINE_TEAM_LIMITS) if field in team
+                },
                 quotas=[
                     interop.QuotaSettings(
                         instance_type=q["instance_type"],
@@ -290,6 +318,11 @@ def scenario_policy(body: Mapping[str, Any]) -> dict[str, Any]:
         "priority_classes": [
             {"name": pc["name"], "weight": pc["weight"]}
             | ({"min_runtime_s": pc["min_runtime_s"]} if pc.get("min_runtime_s") is not None else {})
+            | (
+                {"preemption_grace_s": pc["preemption_grace_s"]}
+                if pc.get("preemption_grace_s") is not None
+                else {}
+            )
             for pc in body["priority_classes"]
         ],
     }

@@ -157,6 +157,14 @@ CASES: list[tuple[Any, tuple[str, ...], Any, str, Any, str]] = [
         600,
         "600",
     ),
+    (
+        services.priority_class_update,
+        policy_fields.PRIORITY_CLASS_FIELDS,
+        _priority_class,
+        "preemption_grace_s",
+        45,
+        "45",
+    ),
     (memberships.membership_update, memberships.MEMBERSHIP_FIELDS, _membership, "role", "viewer", "viewer"),
     (memberships.membership_update, memberships.MEMBERSHIP_FIELDS, _membership, "weekly_report", False, "no"),
     (services.cluster_update, policy_fields.CLUSTER_FIELDS, _nothing, "name", "gpu-west", "gpu-west"),
@@ -220,6 +228,14 @@ CASES: list[tuple[Any, tuple[str, ...], Any, str, Any, str]] = [
         services.cluster_policy_update,
         policy_fields.CLUSTER_POLICY_FIELDS,
         _nothing,
+        "preemption_grace_s",
+        30,
+        "30",
+    ),
+    (
+        services.cluster_policy_update,
+        policy_fields.CLUSTER_POLICY_FIELDS,
+        _nothing,
         "fair_share_half_life_s",
         3600,
         "3600",
@@ -243,13 +259,10 @@ COMBINED = {
     ("cluster_update", "backend_kind"),
     ("node_update", "instance_type"),
 }
-# Fields only one value of which is accepted yet, so no change of them can be audited: each is
-# refused with its reason, and nothing is written (test below).
-ONE_VALUE_ONLY = {("cluster_policy_update", "preemption_grace_s")}
 
 
 def test_every_field_of_every_service_has_a_case():
-    covered = {(service.__name__, field) for service, _, _, field, _, _ in CASES} | COMBINED | ONE_VALUE_ONLY
+    covered = {(service.__name__, field) for service, _, _, field, _, _ in CASES} | COMBINED
     wanted = {(service.__name__, field) for service, fields, *_ in CASES for field in fields}
     assert wanted - covered == set()
 
@@ -320,17 +333,44 @@ def test_create_and_delete_write_entries(personas):
     assert AuditEntry.objects.filter(action=AuditAction.CREATE, new_value__contains="weight: 99").exists()
 
 
-@pytest.mark.parametrize("value", [30, 1, -1, "30", True])
-def test_a_preemption_grace_above_0_is_refused_with_its_reason_and_not_audited(personas, value):
-    """docs/preemption.md section 5: grace is not carried out yet, so only 0 is accepted; a
-    change is refused naming the field and the value, and the trail records nothing."""
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        (-1, "must be 0 or more seconds; got -1."),
+        (86_401, "must be at most 86400 seconds; got 86401."),
+        ("30", "must be a whole number of seconds; got '30'."),
+        (True, "must be a whole number of seconds; got True."),
+        (2.5, "must be a whole number of seconds; got 2.5."),
+    ],
+)
+def test_a_bad_preemption_grace_is_refused_naming_the_value_and_not_audited(personas, value, words):
+    """docs/preemption.md section 5: a grace is whole seconds, a day at most; a bad one is
+    refused naming the field and the value, on the policy and on a class, and the trail
+    records nothing."""
     services.cluster_policy_update(actor=personas.cluster_admin)
     AuditEntry.objects.all().delete()
     with pytest.raises(ValidationError) as refused:
         services.cluster_policy_update(actor=personas.cluster_admin, preemption_grace_s=value)
-    (message,) = refused.value.message_dict["preemption_grace_s"]
-    assert "not carried out yet" in message and "docs/preemption.md section 5" in message
-    assert message.endswith(f"only 0 is accepted; got {value!r}.")
+    assert refused.value.message_dict["preemption_grace_s"] == [f"Preemption grace {words}"]
+    with pytest.raises(ValidationError) as refused:
+        services.priority_class_update(
+            actor=personas.cluster_admin,
+            priority_class=personas.priority_classes["training"],
+            preemption_grace_s=value,
+        )
+    assert refused.value.message_dict["preemption_grace_s"] == [f"Preemption grace {words}"]
     assert not AuditEntry.objects.exists()
-    services.cluster_policy_update(actor=personas.cluster_admin, preemption_grace_s=0)
-    assert not AuditEntry.objects.exists()  # 0 is no change
+
+
+def test_a_class_grace_set_back_to_the_policys_is_audited(personas):
+    training = personas.priority_classes["training"]
+    services.priority_class_update(
+        actor=personas.cluster_admin, priority_class=training, preemption_grace_s=45
+    )
+    AuditEntry.objects.all().delete()
+    services.priority_class_update(
+        actor=personas.cluster_admin, priority_class=training, preemption_grace_s=None
+    )
+    assert list(AuditEntry.objects.values_list("field", "old_value", "new_value")) == [
+        ("preemption_grace_s", "45", audit.value_text(None))
+    ]

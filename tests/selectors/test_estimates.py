@@ -319,3 +319,66 @@ def test_unknown_says_the_forecast_ran_out_of_time():
     durations: dict[str, float | None] = {"r1": 600.0, "r2": 900.0, "p": 60.0}
     result = forecast(snap, 100.0, durations, allocate, budget_s=-1.0)
     assert result.unknown == {"p": "the forecast ran out of its time budget before this job started"}
+
+
+# --- Preemption grace (docs/preemption.md section 5) ----------------------------------------------
+def with_grace(snap: engine.Snapshot, grace: float) -> engine.Snapshot:
+    return replace(snap, policy=engine.ClusterPolicy(preemption_grace_s=grace))
+
+
+def test_a_reclaim_with_a_grace_starts_when_the_grace_runs_out():
+    """b borrows team a's node; a's job reclaims it at 100, but the victim keeps its GPUs until
+    its grace of 300 s runs out: the job is expected at 400, not at once."""
+    snap = with_grace(
+        snapshot(running("r1", "b", "n1", 0), running("r2", "b", "n2", 50), pending("p", "a", 8, 10)), 300.0
+    )
+    starts = forecast_starts(snap, 100.0, {"r1": 10_000.0, "r2": 10_000.0, "p": 60.0}, allocate)
+    assert starts == {"p": 400.0}
+
+
+def test_a_victim_that_ends_within_its_grace_frees_its_gpus_then():
+    snap = with_grace(
+        snapshot(running("r1", "b", "n1", 0), running("r2", "b", "n2", 50), pending("p", "a", 8, 10)), 300.0
+    )
+    # r2, the most recently started, is the victim; it ends by itself at 50 + 200.
+    starts = forecast_starts(snap, 100.0, {"r1": 10_000.0, "r2": 200.0, "p": 60.0}, allocate)
+    assert starts == {"p": 250.0}
+
+
+def test_a_victim_already_terminating_is_killed_when_its_grace_runs_out():
+    """A victim signalled before the forecast (its ``terminating_since``) keeps its GPUs until
+    then; a job of another team that needs them waits for the kill."""
+    victim = replace(running("r2", "b", "n2", 50), terminating_since=80.0)
+    snap = replace(
+        with_grace(snapshot(running("r1", "a", "n1", 0), victim, pending("p", "a", 8, 10)), 300.0),
+        teams=(
+            engine.Team("a", quotas={"p5": engine.Quota(quota=16)}),
+            engine.Team("b", quotas={"p5": engine.Quota(quota=0, borrow_unlimited=True)}),
+        ),
+    )
+    starts = forecast_starts(snap, 100.0, {"r1": 10_000.0, "r2": 10_000.0, "p": 60.0}, allocate)
+    assert starts == {"p": 380.0}
+
+
+def test_a_held_preemptor_is_expected_when_its_victims_grace_ends(personas):
+    """The loop leaves a preemptor out of the snapshot while its victim terminates; its
+    estimate is when the victim's grace runs out (or the victim's own end, if sooner)."""
+    now = timezone.now()
+    it = personas.instance_type
+    n1, _ = (node.name for node in personas.nodes)
+    preemptor = f.make_job(personas.team, it, 8, requested_duration=60)
+    f.make_job(
+        personas.other_team,
+        it,
+        8,
+        state=JobState.RUNNING,
+        nodes=[[n1, 8]],
+        started_at=now - timedelta(seconds=500),
+        requested_duration=3600,
+        terminating_since=now - timedelta(seconds=10),
+        grace_ends_at=now + timedelta(seconds=120),
+        preempted_for=preemptor,
+        preempted_reason="reclaim",
+    )
+    estimates = estimated_starts(build_snapshot(now), now)
+    assert abs((estimates[preemptor.pk] - (now + timedelta(seconds=120))).total_seconds()) < 0.01

@@ -181,7 +181,9 @@ def test_resubmitting_past_a_limit_shows_the_refusal_on_the_job_page(personas):
     assert Job.objects.count() == 1
 
 
-def test_a_drafts_team_form_has_no_limits(personas):
+def test_a_drafts_team_form_has_no_limits_checked_at_submission(personas):
+    """A draft holds what the engine decides with: the most GPUs running per member, which
+    the engine enforces, is among its settings; the limits checked at submission are not."""
     from allocations.whatif import services as whatif
 
     draft = whatif.draft_create(actor=personas.cluster_admin, name="d1")
@@ -189,6 +191,7 @@ def test_a_drafts_team_form_has_no_limits(personas):
     html = client_for(personas.cluster_admin).get(url).content.decode()
     assert 'name="fair_share_weight"' in html
     assert 'name="max_gpus_per_job"' not in html and 'id="team-limits"' not in html
+    assert 'name="max_running_gpus_per_member"' in html
 
 
 def test_the_team_form_sets_the_most_gpus_running_per_member_and_the_queue_page_shows_it(personas):

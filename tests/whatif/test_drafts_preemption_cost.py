@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from allocations.engine import ClusterPolicy as EngineClusterPolicy
 from allocations.models import ClusterPolicy, PriorityClass
+from allocations.simulation.cluster import read_policy
+from allocations.simulation.reading import Reader
 from allocations.whatif import drafts as bodies
 
 pytestmark = pytest.mark.django_db
@@ -47,3 +50,24 @@ def test_changing_a_classs_weight_keeps_its_minimum_runtime_unless_given(persona
     assert (
         next(pc for pc in changed["priority_classes"] if pc["name"] == "inference")["min_runtime_s"] is None
     )
+
+
+def test_a_draft_carries_the_preemption_graces_into_its_replay(personas):
+    """docs/preemption.md section 5: the policy's grace and a class's own are copied, kept
+    across a weight change, and written into the scenario the simulator replays."""
+    ClusterPolicy.objects.update(preemption_grace_s=30)
+    PriorityClass.objects.filter(name="inference").update(preemption_grace_s=120)
+    body = bodies.with_priority_class(bodies.live_body(), "inference", 90)
+    assert bodies.priority_class_row(body, "inference").preemption_grace_s == 120
+    scenario = bodies.scenario_policy(body)
+    assert scenario["preemption_grace_s"] == 30
+    by_name = {pc["name"]: pc for pc in scenario["priority_classes"]}
+    assert (
+        by_name["inference"]["preemption_grace_s"] == 120 and "preemption_grace_s" not in by_name["training"]
+    )
+
+    reader = Reader()
+    policy = read_policy(reader, scenario, "policy", EngineClusterPolicy())
+    assert reader.errors == []
+    assert policy.preemption_grace_s == 30
+    assert {pc.name: pc.preemption_grace_s for pc in policy.priority_classes}["inference"] == 120
