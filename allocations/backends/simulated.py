@@ -181,10 +181,30 @@ class SimulatedBackend(ClusterBackend):
 
         self._reachable()
         self._advance(_now())
+        # A simulated node has its instance type's resources (docs/resources.md 1); vCPU and
+        # memory of a type that does not count them are not known (None).
         return [
-            BackendNode(name=name, instance_type=type_name, gpus=gpus, state=NodeState(state), reason=reason)
-            for name, type_name, gpus, state, reason in Node.objects.order_by("name").values_list(
-                "name", "instance_type__name", "gpus", "state", "reason"
+            BackendNode(
+                name=name,
+                instance_type=type_name,
+                gpus=gpus,
+                state=NodeState(state),
+                reason=reason,
+                vcpus=vcpus or None,
+                memory_gib=memory_gib or None,
+                partitions=tuple(sorted((partitions or {}).items())),
+            )
+            for name, type_name, gpus, state, reason, vcpus, memory_gib, partitions in Node.objects.order_by(
+                "name"
+            ).values_list(
+                "name",
+                "instance_type__name",
+                "gpus",
+                "state",
+                "reason",
+                "instance_type__vcpus_per_node",
+                "instance_type__memory_gib_per_node",
+                "instance_type__partitions_per_node",
             )
         ]
 
