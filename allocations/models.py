@@ -612,6 +612,9 @@ class SimulatedJob(models.Model):
     gpus = models.PositiveIntegerField()
     state = models.CharField(max_length=16, help_text="pending, running, finished, failed, cancelled")
     nodes = models.JSONField(default=list, blank=True)
+    # What it takes on each of its nodes beyond GPUs ({"vcpus": n, "memory_gib": n, profile: n};
+    # {}: GPUs alone, every existing row), so that a start that does not fit is refused.
+    resources = models.JSONField(default=dict, blank=True)
     duration_s = models.FloatField(help_text="Wall-clock seconds it runs once started (after speed-up)")
     started_at = models.DateTimeField(null=True, blank=True)
     ends_at = models.DateTimeField(null=True, blank=True)

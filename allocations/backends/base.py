@@ -70,13 +70,21 @@ class BackendJobState(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class BackendNode:
-    """One node: its name, instance type, how many GPUs it has in all, and its state."""
+    """One node: its name, instance type, how many whole GPUs it has in all, and its state.
+
+    ``vcpus``, ``memory_gib`` and ``partitions`` ((profile, count), sorted by profile) are what
+    the backend reads of the node's other resources (docs/resources.md 1); None where it does
+    not know them. GPUs cut into partitions are not counted in ``gpus``.
+    """
 
     name: str
     instance_type: str
     gpus: int
     state: NodeState
     reason: str = ""
+    vcpus: int | None = None
+    memory_gib: int | None = None
+    partitions: tuple[tuple[str, int], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +106,18 @@ class JobSpec:
     image: str = ""
     duration_s: int | None = None
     progress_kept_s: float = 0.0
+    # docs/resources.md 3: what the job takes on EACH of its nodes beyond GPUs (``job_resources``
+    # spread over its nodes): vCPU and memory (0: not counted, the instance type declares none)
+    # and partitions ((profile, count), sorted by profile). A job of partitions alone has
+    # ``gpus`` 0 and is placed on one node with 0 GPUs.
+    vcpus_per_node: int = 0
+    memory_gib_per_node: int = 0
+    partitions_per_node: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def counts_gpus_only(self) -> bool:
+        """Whether the job asks GPUs alone, as every job did before resources."""
+        return not (self.vcpus_per_node or self.memory_gib_per_node or self.partitions_per_node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +163,10 @@ class ClusterBackend(ABC):
     @abstractmethod
     def start(self, job: JobSpec, nodes: tuple[tuple[str, int], ...]) -> str:
         """Run ``job`` on exactly these ``(node, gpus)`` and return the backend's id for it.
+
+        On each node the job also takes ``job.vcpus_per_node``, ``job.memory_gib_per_node`` and
+        ``job.partitions_per_node``; a start that does not fit there is refused
+        (:class:`PermanentBackendError` naming the node and the numbers).
 
         Idempotent: if the backend already knows this ``job_id`` it does not start a second
         copy; it returns the known id (restarting a held copy on the given nodes).

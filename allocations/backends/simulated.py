@@ -114,11 +114,11 @@ class SimulatedBackend(ClusterBackend):
                 f"backend_settings.available must be true or false, not {available!r}"
             )
         self.available = available
-        # GPUs in use per node and the running jobs' placements, loaded once per instance (a
+        # Resources in use per node and the running jobs' placements, loaded once per instance (a
         # cycle starts many jobs: one read instead of one per start) and kept up to date by
         # this instance's start/preempt/cancel; dropped whenever the cluster advances.
-        self._used: dict[str, int] | None = None
-        self._placed: dict[str, list[tuple[str, int]]] = {}
+        self._used: dict[str, dict[str, int]] | None = None
+        self._placed: dict[str, dict[str, dict[str, int]]] = {}
 
     # --- the cluster's own life: jobs end, nodes fail and return ---------------------------------
 
@@ -181,10 +181,30 @@ class SimulatedBackend(ClusterBackend):
 
         self._reachable()
         self._advance(_now())
+        # A simulated node has its instance type's resources (docs/resources.md 1); vCPU and
+        # memory of a type that does not count them are not known (None).
         return [
-            BackendNode(name=name, instance_type=type_name, gpus=gpus, state=NodeState(state), reason=reason)
-            for name, type_name, gpus, state, reason in Node.objects.order_by("name").values_list(
-                "name", "instance_type__name", "gpus", "state", "reason"
+            BackendNode(
+                name=name,
+                instance_type=type_name,
+                gpus=gpus,
+                state=NodeState(state),
+                reason=reason,
+                vcpus=vcpus or None,
+                memory_gib=memory_gib or None,
+                partitions=tuple(sorted((partitions or {}).items())),
+            )
+            for name, type_name, gpus, state, reason, vcpus, memory_gib, partitions in Node.objects.order_by(
+                "name"
+            ).values_list(
+                "name",
+                "instance_type__name",
+                "gpus",
+                "state",
+                "reason",
+                "instance_type__vcpus_per_node",
+                "instance_type__memory_gib_per_node",
+                "instance_type__partitions_per_node",
             )
         ]
 
@@ -262,8 +282,9 @@ class SimulatedBackend(ClusterBackend):
             if known is not None:
                 for key, value in fields.items():
                     setattr(known, key, value)
+                known.resources = _per_node(job)
                 known.save()
-                self._place(job.job_id, nodes)
+                self._place(job.job_id, nodes, job)
                 return known.external_id
             # ON CONFLICT DO NOTHING: a concurrent start of the same job that won keeps its copy,
             # so the job runs once (and the external id is the same either way).
@@ -276,39 +297,40 @@ class SimulatedBackend(ClusterBackend):
                         team=job.team,
                         instance_type=job.instance_type,
                         gpus=job.gpus,
+                        resources=_per_node(job),
                         **fields,
                     )
                 ],
                 ignore_conflicts=True,
             )
-            self._place(job.job_id, nodes)
+            self._place(job.job_id, nodes, job)
             return f"sim-{job.job_id}"
 
-    def _usage(self, job_model: Any) -> dict[str, int]:
-        """GPUs in use per node (one read per instance, then kept up to date)."""
+    def _usage(self, job_model: Any) -> dict[str, dict[str, int]]:
+        """Resources in use per node (``gpus``, ``vcpus``, ``memory_gib``, each partition
+        profile), read once per instance, then kept up to date."""
         if self._used is None:
             self._placed = {
-                job_id: [(str(name), int(gpus)) for name, gpus in nodes]
-                for job_id, nodes in job_model.objects.filter(state="running")
+                job_id: _taken(nodes, resources)
+                for job_id, nodes, resources in job_model.objects.filter(state="running")
                 .order_by()
-                .values_list("job_id", "nodes")
+                .values_list("job_id", "nodes", "resources")
             }
-            self._used = defaultdict(int)
+            self._used = defaultdict(lambda: defaultdict(int))
             for placement in self._placed.values():
-                for name, gpus in placement:
-                    self._used[name] += gpus
+                _add(self._used, placement, 1)
         return self._used
 
-    def _place(self, job_id: str, nodes: Iterable[tuple[str, int]] | None) -> None:
+    def _place(
+        self, job_id: str, nodes: Iterable[tuple[str, int]] | None, job: JobSpec | None = None
+    ) -> None:
         """Record that ``job_id`` now runs on ``nodes`` (None: it no longer runs)."""
         if self._used is None:
             return
-        for name, gpus in self._placed.pop(job_id, ()):
-            self._used[name] -= gpus
-        if nodes is not None:
-            self._placed[job_id] = list(nodes)
-            for name, gpus in self._placed[job_id]:
-                self._used[name] += gpus
+        _add(self._used, self._placed.pop(job_id, {}), -1)
+        if nodes is not None and job is not None:
+            self._placed[job_id] = _taken(nodes, _per_node(job))
+            _add(self._used, self._placed[job_id], 1)
 
     def _check_placement(
         self, job: JobSpec, nodes: tuple[tuple[str, int], ...], node_model: Any, job_model: Any
@@ -327,9 +349,10 @@ class SimulatedBackend(ClusterBackend):
                 name__in=[name for name, _ in nodes]
             )
         }
-        used = dict(self._usage(job_model))
-        for name, gpus in self._placed.get(job.job_id, ()):  # its own held copy does not count
-            used[name] -= gpus
+        used = {name: dict(amounts) for name, amounts in self._usage(job_model).items()}
+        for name, amounts in self._placed.get(job.job_id, {}).items():  # its own held copy
+            for resource, amount in amounts.items():
+                used.setdefault(name, {})[resource] = used.get(name, {}).get(resource, 0) - amount
         for name, gpus in nodes:
             node = known.get(name)
             if node is None:
@@ -340,11 +363,23 @@ class SimulatedBackend(ClusterBackend):
                 raise PermanentBackendError(
                     f"job {job.job_id}: node {name!r} is a {node.instance_type.name}, not a {job.instance_type}"
                 )
-            if gpus < 1 or used.get(name, 0) + gpus > node.gpus:
-                free = node.gpus - used.get(name, 0)
+            here = used.get(name, {})
+            # A job of partitions alone takes no GPU of its node (docs/resources.md 3).
+            if gpus < (0 if job.partitions_per_node else 1) or here.get("gpus", 0) + gpus > node.gpus:
+                free = node.gpus - here.get("gpus", 0)
                 raise PermanentBackendError(
                     f"job {job.job_id}: node {name!r} has {free} of {node.gpus} GPUs free, {gpus} asked"
                 )
+            it = node.instance_type
+            has = {"vcpus": it.vcpus_per_node, "memory_gib": it.memory_gib_per_node}
+            has.update(it.partitions_per_node or {})
+            for resource, asked in _per_node(job).items():
+                if asked and here.get(resource, 0) + asked > has.get(resource, 0):
+                    free = has.get(resource, 0) - here.get(resource, 0)
+                    raise PermanentBackendError(
+                        f"job {job.job_id}: node {name!r} has {free} of {has.get(resource, 0)} "
+                        f"{UNITS.get(resource, resource)} free, {asked} asked"
+                    )
 
     def preempt(self, job_id: str) -> bool:
         """A job whose time is up has finished, as on a real cluster: not preempted (False)."""
@@ -381,6 +416,28 @@ class SimulatedBackend(ClusterBackend):
 
     def health(self) -> None:
         self._reachable()
+
+
+# How a resource is written in a refusal ("12 of 96 vCPU free").
+UNITS = {"vcpus": "vCPU", "memory_gib": "GiB memory"}
+
+
+def _per_node(job: JobSpec) -> dict[str, int]:
+    """What the job takes on each of its nodes beyond GPUs (JobSpec's per-node fields)."""
+    out = {"vcpus": job.vcpus_per_node, "memory_gib": job.memory_gib_per_node}
+    out.update(job.partitions_per_node)
+    return {name: amount for name, amount in out.items() if amount}
+
+
+def _taken(nodes: Iterable[Any], resources: Mapping[str, int] | None) -> dict[str, dict[str, int]]:
+    """Per node of ``nodes`` ([name, gpus] pairs), what a job takes there."""
+    return {str(name): {"gpus": int(gpus), **(resources or {})} for name, gpus in nodes}
+
+
+def _add(used: dict[str, dict[str, int]], taken: Mapping[str, Mapping[str, int]], sign: int) -> None:
+    for name, amounts in taken.items():
+        for resource, amount in amounts.items():
+            used[name][resource] += sign * amount
 
 
 def _record_state(node: Any, old_state: str, now: datetime) -> None:

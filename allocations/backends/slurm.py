@@ -243,13 +243,27 @@ def _expand_ranges(ranges: str, expression: str) -> list[str]:
     return values
 
 
-def gres_gpus(gres: str) -> int:
-    """GPUs in a node's Gres string: ``gpu:h100:8(S:0-1)`` -> 8, ``gpu:2,shard:8`` -> 2.
+# docs/slurm.md "Resources": a GPU partition profile ``mig-<T>`` is the Slurm GPU gres type
+# ``<T>``, NVIDIA's MIG profile name (``mig-1g.5gb`` <-> ``gpu:1g.5gb``). A gres type of that
+# form is a partition; any other type (``h100``) is whole GPUs.
+PARTITION_TYPE = re.compile(r"^[0-9]+g\.[0-9]+gb$")
+PROFILE_PREFIX = "mig-"
 
-    Several GPU entries (``gpu:a100:4,gpu:h100:4``) add up; no GPU entry gives 0. Also
-    accepts a job's TRES-per-node (``gres:gpu:4``, ``gres/gpu:h100=4``).
-    """
-    total = 0
+
+def gres_type_of_profile(profile: str) -> str:
+    """``mig-1g.5gb`` -> ``1g.5gb``; ValueError naming a profile Slurm cannot express."""
+    kind = profile.removeprefix(PROFILE_PREFIX)
+    if not profile.startswith(PROFILE_PREFIX) or not PARTITION_TYPE.match(kind):
+        raise ValueError(
+            f"partition profile {profile!r} has no Slurm gres type: expected mig-<n>g.<m>gb (mig-1g.5gb)"
+        )
+    return kind
+
+
+def _gres_entries(gres: str) -> list[tuple[str, int]]:
+    """The GPU entries of a Gres string as (type or "", count): ``gpu:h100:8(S:0-1)`` ->
+    [("h100", 8)]; also a job's TRES-per-node (``gres:gpu:4``, ``gres/gpu:h100=4``)."""
+    entries = []
     for entry in _split_top_level(gres.strip()) if gres and gres.strip() != "(null)" else []:
         entry = re.sub(r"\(.*\)$", "", entry.strip())
         entry = entry.removeprefix("gres:").removeprefix("gres/")
@@ -257,12 +271,37 @@ def gres_gpus(gres: str) -> int:
         if fields[0] != "gpu":
             continue
         if len(fields) > 1 and fields[-1].isdigit():
-            total += int(fields[-1])
+            entries.append((fields[1] if len(fields) > 2 else "", int(fields[-1])))
         elif len(fields) <= 2:
-            total += 1  # "gpu" or "gpu:h100": a single GPU
+            entries.append((fields[1] if len(fields) == 2 else "", 1))  # "gpu" or "gpu:h100": one GPU
         else:
             raise ValueError(f"cannot read a GPU count from gres entry {entry!r} in {gres!r}")
-    return total
+    return entries
+
+
+def gres_gpus(gres: str) -> int:
+    """Whole GPUs in a node's Gres string: ``gpu:h100:8(S:0-1)`` -> 8, ``gpu:2,shard:8`` -> 2.
+
+    Several GPU entries (``gpu:a100:4,gpu:h100:4``) add up; no GPU entry gives 0; partitions
+    (``gpu:1g.5gb:14``) are not whole GPUs (``gres_partitions``). Also accepts a job's
+    TRES-per-node (``gres:gpu:4``, ``gres/gpu:h100=4``).
+    """
+    return sum(count for kind, count in _gres_entries(gres) if not PARTITION_TYPE.match(kind))
+
+
+def gres_partitions(gres: str) -> dict[str, int]:
+    """The GPU partitions in a Gres string, by profile: ``gpu:a100:4,gpu:1g.5gb:14`` ->
+    ``{"mig-1g.5gb": 14}``."""
+    out: dict[str, int] = {}
+    for kind, count in _gres_entries(gres):
+        if PARTITION_TYPE.match(kind):
+            out[PROFILE_PREFIX + kind] = out.get(PROFILE_PREFIX + kind, 0) + count
+    return out
+
+
+def whole_gpu_types(gres: str) -> set[str]:
+    """The types of a Gres string's whole GPUs ("" for untyped ones)."""
+    return {kind for kind, _ in _gres_entries(gres) if not PARTITION_TYPE.match(kind)}
 
 
 def node_state(state: str | Sequence[str], flags: Iterable[str] = ()) -> NodeState:
@@ -693,9 +732,32 @@ class SlurmBackend(ClusterBackend):
         reason = str(raw.get("reason") or "")
         try:
             gpus = gres_gpus(str(raw.get("gres") or ""))
+            partitions = tuple(sorted(gres_partitions(str(raw.get("gres") or "")).items()))
         except ValueError as exc:
             return BackendNode(name, "", 0, NodeState.DOWN, f"gpugov: {exc}")
         instance_type = self._instance_type(name, str(raw.get("features") or ""))
+        node = self._node_state(raw, name, instance_type, gpus, state, reason, leaked)
+        # What Slurm says the node has beyond GPUs: CPUs, RealMemory (MiB) and typed gres.
+        cpus, memory_mib = _number(raw.get("cpus")), _number(raw.get("real_memory"))
+        return dataclasses.replace(
+            node,
+            vcpus=int(cpus) if cpus is not None else None,
+            memory_gib=int(memory_mib) // 1024 if memory_mib is not None else None,
+            partitions=partitions,
+        )
+
+    def _node_state(
+        self,
+        raw: Mapping[str, Any],
+        name: str,
+        instance_type: str,
+        gpus: int,
+        state: NodeState,
+        reason: str,
+        leaked: int | None,
+    ) -> BackendNode:
+        """The node's state as gpugov sees it: Slurm's, unless its GRES leaked or it has no
+        instance type."""
         if leaked is None:
             leaked = leaked_gpus(raw, {})
         if leaked and state is NodeState.READY and not _number(raw.get("alloc_cpus")):
@@ -817,7 +879,8 @@ class SlurmBackend(ClusterBackend):
         return slurm_id
 
     def _validate_start(self, job: JobSpec, nodes: tuple[tuple[str, int], ...]) -> int:
-        """Refuse what Slurm cannot express; returns the GPUs per node."""
+        """Refuse what Slurm cannot express; returns the GPUs per node (0 for a job of
+        partitions alone)."""
         if not isinstance(job.job_id, str) or not NAME_RE.match(job.job_id):
             raise PermanentBackendError(
                 f"job.job_id: expected letters, digits, '.', '_' or '-', got {job.job_id!r}"
@@ -830,8 +893,16 @@ class SlurmBackend(ClusterBackend):
         for name, gpus in nodes:
             if not isinstance(name, str) or not NAME_RE.match(name):
                 raise PermanentBackendError(f"nodes: bad node name {name!r} in {nodes!r}")
-            if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus <= 0:
+            lowest = 0 if job.partitions_per_node else 1  # partitions alone: no whole GPU
+            if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < lowest:
                 raise PermanentBackendError(f"nodes: bad GPU count {gpus!r} for node {name!r}")
+        for profile, count in job.partitions_per_node:
+            try:
+                gres_type_of_profile(profile)
+            except ValueError as exc:
+                raise PermanentBackendError(f"job.partitions_per_node: {exc}") from exc
+            if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+                raise PermanentBackendError(f"job.partitions_per_node: bad count {count!r} for {profile!r}")
         if len(set(names)) != len(names):
             raise PermanentBackendError(f"nodes: a node appears twice in {nodes!r}")
         counts = {g for _, g in nodes}
@@ -862,13 +933,18 @@ class SlurmBackend(ClusterBackend):
             f"--job-name={self.prefix}{job.job_id}",
             f"--nodelist={','.join(n for n, _ in nodes)}",
             f"--nodes={len(nodes)}",
-            f"--gres=gpu:{per_node}",
+            f"--gres={self._gres(job, nodes, per_node)}",
             f"--chdir={self.config['workdir']}",
             f"--output={self.config['output']}",
             # The job's identity travels in its environment, for the site's command or image.
             f"--export=ALL,GPUGOV_JOB_ID={job.job_id},GPUGOV_TEAM={job.team},"
             f"GPUGOV_INSTANCE_TYPE={job.instance_type},GPUGOV_IMAGE={job.image}",
         ]
+        if job.vcpus_per_node:
+            # One task per node (sbatch's default), so per task is per node.
+            args.append(f"--cpus-per-task={job.vcpus_per_node}")
+        if job.memory_gib_per_node:
+            args.append(f"--mem={job.memory_gib_per_node}G")  # per node
         if partition:
             args.append(f"--partition={partition}")
         if account:
@@ -887,6 +963,40 @@ class SlurmBackend(ClusterBackend):
         if not slurm_id.isdigit():
             raise PermanentBackendError(f"sbatch printed {output!r}, not a job id")
         return slurm_id
+
+    def _gres(self, job: JobSpec, nodes: tuple[tuple[str, int], ...], per_node: int) -> str:
+        """``--gres`` of one node: ``gpu:N`` as always for a job of GPUs alone. A job that asks
+        more names each partition's type (``gpu:1g.5gb:3``), and its whole GPUs by the nodes'
+        whole-GPU type when they have partitions too: an untyped ``gpu:N`` could be given
+        partitions there."""
+        if job.counts_gpus_only:
+            return f"gpu:{per_node}"
+        entries = [f"gpu:{gres_type_of_profile(p)}:{count}" for p, count in job.partitions_per_node]
+        if per_node:
+            entries.insert(0, f"gpu:{self._whole_type(nodes)}{per_node}")
+        return ",".join(entries)
+
+    def _whole_type(self, nodes: tuple[tuple[str, int], ...]) -> str:
+        """``<type>:`` of the nodes' whole GPUs when they have partitions too, else ``""``;
+        read with ``sinfo -N -n <nodes> -o '%N|%G'``."""
+        output = self._run("sinfo", "-h", "-N", "-n", ",".join(n for n, _ in nodes), "-o", "%N|%G")
+        types: set[str] = set()
+        cut = False
+        for line in output.splitlines():
+            name, _, gres = line.partition("|")
+            try:
+                cut = cut or bool(gres_partitions(gres))
+                types |= whole_gpu_types(gres)
+            except ValueError as exc:
+                raise PermanentBackendError(f"node {name}: {exc}") from exc
+        if not cut:
+            return ""
+        if len(types) != 1 or "" in types:
+            raise PermanentBackendError(
+                f"nodes {','.join(n for n, _ in nodes)}: whole GPUs beside partitions need one GPU "
+                f"type in Slurm's Gres to be asked for apart from them, got {sorted(types)!r}"
+            )
+        return f"{types.pop()}:"
 
     def _scancel(self, slurm_id: str) -> None:
         try:

@@ -23,6 +23,7 @@ requeued (``backend.preempt``) before the snapshot, and its preemptor is back in
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import logging
@@ -42,6 +43,7 @@ from allocations.backends import (
     BackendError,
     BackendJob,
     BackendJobState,
+    BackendNode,
     ClusterBackend,
     JobSpec,
     PermanentBackendError,
@@ -49,6 +51,7 @@ from allocations.backends import (
     get_backend,
 )
 from allocations.choices import JobEventKind, JobState, NodeStateSource
+from allocations.engine.resources import GPUS, MEMORY, VCPUS, job_resources
 from allocations.models import Cluster, CycleRun, InstanceType, Job, JobEvent, Node, NodeStateChange
 from allocations.selectors.snapshot import build_snapshot, job_id, job_pk
 
@@ -247,10 +250,17 @@ def _sync_nodes(backend: ClusterBackend, now: datetime, changes: _Changes) -> No
     for name, seen in reported.items():
         instance_type = types.get(seen.instance_type)
         if instance_type is None:
+            # GPUs alone, whatever else the backend reads: the administrator declares the other
+            # resources (docs/resources.md 1); until then the note and node reason say what was read.
             instance_type = InstanceType.objects.create(name=seen.instance_type, gpus_per_node=seen.gpus)
             types[seen.instance_type] = instance_type
             changes.notes.append(f"instance type {seen.instance_type} added ({seen.gpus} GPUs a node)")
+        mismatch = resource_mismatch(seen, instance_type)
+        if mismatch:
+            seen = dataclasses.replace(seen, reason="; ".join(r for r in (seen.reason, mismatch) if r))
         row = rows.get(name)
+        if mismatch and (row is None or row.reason != seen.reason[:200]):
+            changes.notes.append(f"node {name}: {mismatch}")
         if row is None:
             created.append(
                 Node(
@@ -483,20 +493,76 @@ def _signal(
     return True
 
 
+def resource_mismatch(seen: BackendNode, it: InstanceType) -> str:
+    """What the backend reads of a node's resources beyond GPUs that its instance type does not
+    give it (docs/resources.md 1), as a sentence for the node's reason; "" when they agree.
+
+    Fewer vCPU or less memory than declared is a mismatch (jobs placed by the declared figures
+    would be refused); more is not (a real node's RealMemory is often a little under its
+    nominal size, never above). Partitions must be exactly the declared ones: any other is a
+    GPU the engine does not count. What the backend does not know (None) is not judged.
+    """
+    found = []
+    if seen.vcpus is not None and seen.vcpus < it.vcpus_per_node:
+        found.append(f"{seen.vcpus:,} vCPU of the {it.vcpus_per_node:,} declared")
+    if seen.memory_gib is not None and seen.memory_gib < it.memory_gib_per_node:
+        found.append(f"{seen.memory_gib:,} GiB memory of the {it.memory_gib_per_node:,} declared")
+    if seen.partitions is not None:
+        read, declared = dict(seen.partitions), dict(it.partitions_per_node or {})
+        for profile in sorted(read.keys() | declared.keys()):
+            if read.get(profile, 0) != declared.get(profile, 0):
+                found.append(
+                    f"{read.get(profile, 0):,} {profile} of the {declared.get(profile, 0):,} declared"
+                )
+    if not found:
+        return ""
+    return f"gpugov: the backend reads {', '.join(found)} on {it.name}"
+
+
 # --- (5) apply -----------------------------------------------------------------------------------
 
 
-def _spec(job: Job) -> JobSpec:
+def _spec(job: Job, nodes: int = 1) -> JobSpec:
+    """What the backend is asked to run; beyond GPUs, what the job takes on each of its
+    ``nodes`` (docs/resources.md 3: ``job_resources``, vCPU and memory spread evenly over a
+    job of whole nodes). A job on an instance type of GPUs alone asks nothing more."""
+    it = job.instance_type
+    kind = engine.InstanceType(
+        it.name,
+        it.gpus_per_node,
+        vcpus_per_node=it.vcpus_per_node,
+        memory_gib_per_node=it.memory_gib_per_node,
+        partitions_per_node=tuple(sorted((it.partitions_per_node or {}).items())),
+    )
+    asked = job_resources(
+        kind,
+        engine.Job(
+            job_id(job.pk),
+            job.team.name,
+            it.name,
+            job.gpus,
+            0.0,
+            vcpus=job.vcpus,
+            memory_gib=job.memory_gib,
+            partitions=tuple(sorted((job.partitions or {}).items())),
+        ),
+    )
+    spread = max(1, nodes)
     return JobSpec(
         job_id=job_id(job.pk),
         team=job.team.name,
         name=job.name,
-        instance_type=job.instance_type.name,
+        instance_type=it.name,
         gpus=job.gpus,
         command=job.command,
         image=job.image,
         duration_s=job.requested_duration,
         progress_kept_s=job.progress_kept_s,
+        vcpus_per_node=asked.get(VCPUS, 0) // spread,
+        memory_gib_per_node=asked.get(MEMORY, 0) // spread,
+        partitions_per_node=tuple(
+            (name, amount) for name, amount in asked.items() if name not in (GPUS, VCPUS, MEMORY) and amount
+        ),
     )
 
 
@@ -633,7 +699,7 @@ def _apply(
             continue
         nodes = [[name, gpus] for name, gpus in start.nodes]
         try:
-            external_id = backend.start(_spec(job), start.nodes)
+            external_id = backend.start(_spec(job, len(start.nodes)), start.nodes)
         except PermanentBackendError as exc:
             errors.append(f"start job {start.job_id}: {exc}")
             continue

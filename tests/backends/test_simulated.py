@@ -248,3 +248,94 @@ def test_a_job_that_kept_all_its_work_ends_as_soon_as_it_resumes(cluster_nodes: 
     backend.start(replace(spec(duration_s=600), progress_kept_s=900.0), ((cluster_nodes[0].name, 4),))
     row = SimulatedJob.objects.get()
     assert row.ends_at == row.started_at  # never a negative duration
+
+
+# --- resources beyond GPUs (docs/resources.md 1 and 3) --------------------------------------
+
+P4D = "ml.p4d.24xlarge"
+MIG = "mig-1g.5gb"
+
+
+@pytest.fixture
+def p4d_nodes() -> list[Node]:
+    """Two nodes of docs/resources.md 1's example: 6 whole GPUs, 96 vCPU, 1,152 GiB and 14
+    mig-1g.5gb partitions each."""
+    f.make_cluster()
+    kind = f.make_instance_type(
+        P4D, 6, vcpus_per_node=96, memory_gib_per_node=1152, partitions_per_node={MIG: 14}
+    )
+    return f.make_nodes(kind, 2, prefix="p4d")
+
+
+def p4d_spec(job_id: str, gpus: int = 0, vcpus: int = 0, memory_gib: int = 0, migs: int = 0) -> JobSpec:
+    return JobSpec(
+        job_id=job_id,
+        team="team-a",
+        name="train",
+        instance_type=P4D,
+        gpus=gpus,
+        duration_s=3600,
+        vcpus_per_node=vcpus,
+        memory_gib_per_node=memory_gib,
+        partitions_per_node=((MIG, migs),) if migs else (),
+    )
+
+
+def test_lists_a_nodes_vcpu_memory_and_partitions(p4d_nodes: list[Node]) -> None:
+    node = get_backend("simulated", {}).list_nodes()[0]
+    assert (node.gpus, node.vcpus, node.memory_gib, node.partitions) == (6, 96, 1152, ((MIG, 14),))
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "message"),
+    [
+        ({"gpus": 2, "vcpus": 80}, {"gpus": 1, "vcpus": 32}, "has 16 of 96 vCPU free, 32 asked"),
+        (
+            {"gpus": 2, "memory_gib": 1000},
+            {"gpus": 1, "memory_gib": 192},
+            "has 152 of 1152 GiB memory free, 192 asked",
+        ),
+        ({"migs": 10}, {"migs": 5}, f"has 4 of 14 {MIG} free, 5 asked"),
+    ],
+)
+def test_refuses_a_start_beyond_a_nodes_free_vcpu_memory_or_partitions(
+    p4d_nodes: list[Node], first: dict[str, int], second: dict[str, int], message: str
+) -> None:
+    """docs/resources.md 4: a node has room for all of a job's resources at once, or none."""
+    backend = get_backend("simulated", {})
+    a, b = (n.name for n in p4d_nodes)
+    gpus = first.get("gpus", 0)
+    backend.start(p4d_spec("1", **first), ((a, gpus),))
+    with pytest.raises(PermanentBackendError, match=f"node '{a}' {message}"):
+        backend.start(p4d_spec("2", **second), ((a, second.get("gpus", 0)),))
+    # A fresh instance reads what runs from the database, and refuses the same.
+    with pytest.raises(PermanentBackendError, match=f"node '{a}' {message}"):
+        get_backend("simulated", {}).start(p4d_spec("2", **second), ((a, second.get("gpus", 0)),))
+    # The other node is free; once the first job is preempted its node is free again.
+    backend.start(p4d_spec("3", **second), ((b, second.get("gpus", 0)),))
+    assert backend.preempt("1")
+    backend.start(p4d_spec("2", **second), ((a, second.get("gpus", 0)),))
+    running = {job.job_id: job.nodes for job in backend.list_jobs() if job.state is BackendJobState.RUNNING}
+    assert running == {"2": ((a, second.get("gpus", 0)),), "3": ((b, second.get("gpus", 0)),)}
+
+
+def test_a_job_of_partitions_alone_takes_no_gpu(p4d_nodes: list[Node]) -> None:
+    backend = get_backend("simulated", {})
+    a = p4d_nodes[0].name
+    backend.start(p4d_spec("parts", migs=14, vcpus=8), ((a, 0),))
+    backend.start(p4d_spec("whole", gpus=6, vcpus=88), ((a, 6),))
+    with pytest.raises(PermanentBackendError, match=f"node '{a}' has 0 of 14 {MIG} free, 1 asked"):
+        backend.start(p4d_spec("more", migs=1), ((a, 0),))
+    # A job of GPUs alone still needs a GPU on every node it is placed on.
+    with pytest.raises(PermanentBackendError, match="has 6 of 6 GPUs free, 0 asked"):
+        backend.start(p4d_spec("none"), ((p4d_nodes[1].name, 0),))
+
+
+def test_a_gpu_only_job_is_held_to_gpus_alone(cluster_nodes: list[Node]) -> None:
+    """An instance type of GPUs alone: a job asks nothing more and nothing more is checked."""
+    backend = get_backend("simulated", {})
+    a = cluster_nodes[0].name
+    backend.start(spec("1", gpus=8), ((a, 8),))
+    assert SimulatedJob.objects.get(job_id="1").resources == {}
+    node = backend.list_nodes()[0]
+    assert (node.vcpus, node.memory_gib, node.partitions) == (None, None, ())
