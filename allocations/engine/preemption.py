@@ -886,12 +886,20 @@ def min_runtime_reason(state: CycleState, rec: JobRecord) -> PendingReason | Non
         return None
     ts.version += 1
     state.share_version += 1
+    shortcuts = state.shortcuts
+    if rec.res is not None:
+        state.shortcuts = False  # as in ``find_victims``
     try:
         victims = _fair_share(state, rec).victims if state.fair_share else _first_come_first_serve(state, rec)
         if victims is not None:
+            # As in ``find_victims``: victims after which it still lacks a resource are none.
+            lacking = rec.res is not None and not state.fits(rec)
             for victim, _ in victims:
                 state.restore(victim)
+            if lacking:
+                victims = None
     finally:
+        state.shortcuts = shortcuts
         for tt, candidates, cand_gpus, cand_max, team_index in saved:
             tt.candidates, tt.cand_gpus, tt.cand_max = candidates, cand_gpus, cand_max
             tt.cand_version += 1

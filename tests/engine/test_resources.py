@@ -268,3 +268,48 @@ def test_s1_a_resource_the_type_lacks_is_refused() -> None:
 def test_s9_gpu_only_types_keep_their_plan() -> None:
     plan = allocate(_snapshot(GPU_ONLY), 0.0)
     assert [s.job_id for s in plan.starts] == ["j1"]
+
+
+def test_s6_no_victim_is_taken_when_the_preemptor_would_still_lack_memory() -> None:
+    """docs/resources.md 6 and 9: a2 is within its GPU quota and reclaims GPUs from b, which
+    borrows them; but a2's 1,000 GiB would take a beyond its memory limit (1,024 + 50%) whatever
+    is preempted, so nobody is: a2 waits."""
+    teams = (
+        Team("a", {P5.name: Quota(quota=4)}),
+        Team("b", {P5.name: Quota(quota=4)}),
+    )
+    jobs = (
+        Job("b1", "b", P5.name, 6, -10.0, nodes=(("n1", 6),), started_at=-10.0, memory_gib=100),
+        Job("a1", "a", P5.name, 1, -10.0, nodes=(("n1", 1),), started_at=-10.0, memory_gib=1024),
+        Job("a2", "a", P5.name, 2, 0.0, memory_gib=1000),
+    )
+    snapshot = Snapshot((P5,), (Node("n1", P5.name, 8),), teams, ClusterPolicy(), jobs)
+    plan = allocate(snapshot, 0.0)
+    assert plan.preemptions == ()
+    assert plan.starts == ()
+    # Section 7: the first resource in section 1's order whose test fails, here GPUs.
+    assert plan.pending["a2"].code == "waiting-for-quota"
+    assert plan.pending["a2"].message.startswith("a uses 1 of its 4 GPUs quota on ml.p5.48xlarge;")
+
+
+def test_s6_no_min_runtime_reason_when_the_protected_victim_would_not_do() -> None:
+    """docs/preemption.md 4 with docs/resources.md 6: b1 is protected by its minimum runtime,
+    but taking it would not let a2 start either (a2 would exceed its memory limit), so a2's
+    reason is not ``min-runtime``."""
+    teams = (
+        Team("a", {P5.name: Quota(quota=4)}),
+        Team("b", {P5.name: Quota(quota=4)}),
+    )
+    jobs = (
+        Job("b1", "b", P5.name, 6, -10.0, nodes=(("n1", 6),), started_at=-10.0, memory_gib=100),
+        Job("a1", "a", P5.name, 1, -10.0, nodes=(("n1", 1),), started_at=-10.0, memory_gib=1024),
+        Job("a2", "a", P5.name, 2, 0.0, memory_gib=1000),
+    )
+    policy = ClusterPolicy(min_runtime_s=100.0)
+    plan = allocate(Snapshot((P5,), (Node("n1", P5.name, 8),), teams, policy, jobs), 0.0)
+    assert plan.preemptions == ()
+    assert plan.pending["a2"].code == "waiting-for-quota"
+    # Asking 200 GiB, within its memory limit, it waits for b1's minimum runtime instead.
+    fits = replace(jobs[2], memory_gib=200)
+    plan = allocate(Snapshot((P5,), (Node("n1", P5.name, 8),), teams, policy, (*jobs[:2], fits)), 0.0)
+    assert plan.pending["a2"].code == "min-runtime"
