@@ -319,7 +319,7 @@ class Memory:
         own = (rec.team.borrowed, tt.usage) if self.fair_share else None
         key = (ident, tt.usage + rec.gpus <= tt.quota, own)
         name = rec.ts.name
-        memo = None if rec.res is not None else self.searched.get(key)
+        memo = self.searched.get(key)
         if memo is not None and memo[1] == (state.rise_epoch if memo[0] else state.preempt_epoch)[name]:
             return NONE_AT_SHARE_BOUND if memo[0] else NONE_FOUND
         search = find_victims(state, rec)

@@ -1246,6 +1246,11 @@ class CycleState:
         return reason
 
 
+def _of_its(name: str, amount: int) -> str:
+    """``2,048 GiB memory`` or, as POLICY.md's messages say it, ``4 GPU`` (quota, limit)."""
+    return f"{amount:,} GPU" if name == GPUS else amount_text(name, amount)
+
+
 def _res_reason_from(key: tuple[object, ...]) -> PendingReason:
     """The reason ``CycleState.res_reason`` keys by ``key`` (docs/resources.md 7)."""
     kind = key[1]
@@ -1266,27 +1271,27 @@ def _res_reason_from(key: tuple[object, ...]) -> PendingReason:
     if kind == _OVER_LIMIT:
         return PendingReason(
             PendingCode.BORROW_LIMIT,
-            f"{team} uses {_int(usage):,} of its {amount_text(n, _int(max_use))} limit on {it} "
+            f"{team} uses {_int(usage):,} of its {_of_its(n, _int(max_use))} limit on {it} "
             f"(quota {_int(quota):,}); {amount_text(n, _int(rest[0]))} more would exceed it",
         )
     if kind == _NO_BORROWING:
         return PendingReason(
             PendingCode.WAITING_FOR_QUOTA,
-            f"{team} uses {_int(usage):,} of its {amount_text(n, _int(quota))} quota on {it} and may not "
+            f"{team} uses {_int(usage):,} of its {_of_its(n, _int(quota))} quota on {it} and may not "
             f"borrow; {amount_text(n, _int(rest[0]))} more requested",
         )
     idle, above = _int(rest[0]), _int(rest[1])
     if kind == _LENT_OUT:
         return PendingReason(
             PendingCode.WAITING_FOR_QUOTA,
-            f"{team} uses {_int(usage):,} of its {amount_text(n, _int(quota))} quota on {it}; its lendable "
+            f"{team} uses {_int(usage):,} of its {_of_its(n, _int(quota))} quota on {it}; its lendable "
             f"quota is lent out and may not be reclaimed now; {amount_text(n, idle)} idle in the pool, "
             f"{amount_text(n, above)} needed",
         )
     uses = (
         f"uses {amount_text(n, _int(usage))} on {it} (no borrow limit)"
         if max_use is None
-        else f"uses {_int(usage):,} of its {amount_text(n, _int(max_use))} limit on {it}"
+        else f"uses {_int(usage):,} of its {_of_its(n, _int(max_use))} limit on {it}"
     )
     return PendingReason(
         PendingCode.NO_IDLE_CAPACITY,
@@ -1473,6 +1478,8 @@ class NeverFitJudge:
         self._pool: dict[str, int] = {}
         self._limits: dict[tuple[str, str], Limits] = {}
         self._cache: dict[tuple[str, str, int, tuple[int, ...] | None], PendingReason | None] = {}
+        # Per instance type that counts other resources, each team's limits of them.
+        self._res_limits: dict[str, dict[str, TeamRes]] = {}
 
     def judge(
         self, team: str, instance_type: str, gpus: int, res: tuple[int, ...] | None = None
@@ -1529,8 +1536,10 @@ class NeverFitJudge:
         names = tuple(n for n in per_node if n != GPUS)
         nodes = len(self._node_gpus.get(it.name, []))
         per = -(-gpus // it.gpus_per_node) if gpus > it.gpus_per_node else 1
-        mine = TeamRes(self._teams[team], it, names)
-        others = [TeamRes(t, it, names) for t in self._snapshot.teams]
+        others = self._res_limits.get(it.name)
+        if others is None:
+            others = self._res_limits[it.name] = {t.name: TeamRes(t, it, names) for t in self._snapshot.teams}
+        mine = others[team]
         for k, amount in enumerate(res):
             name = names[k]
             if not amount:
@@ -1545,11 +1554,11 @@ class NeverFitJudge:
                 return PendingReason(
                     PendingCode.EXCEEDS_MAX, f"{asked}; {team} may use at most {amount_text(name, max_use)}"
                 )
-            quota_sum = sum(t.quota[k] for t in others)
+            quota_sum = sum(t.quota[k] for t in others.values())
             free = (
                 max(0, per_node[name] * nodes - quota_sum) if self._snapshot.policy.share_unallocated else 0
             )
-            reach = mine.kept[k] + sum(t.lendable[k] for t in others) + free
+            reach = mine.kept[k] + sum(t.lendable[k] for t in others.values()) + free
             if amount > reach:
                 return PendingReason(
                     PendingCode.EXCEEDS_MAX, f"{asked}; {team} can reach at most {amount_text(name, reach)}"

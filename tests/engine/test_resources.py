@@ -289,7 +289,7 @@ def test_s6_no_victim_is_taken_when_the_preemptor_would_still_lack_memory() -> N
     assert plan.starts == ()
     # Section 7: the first resource in section 1's order whose test fails, here GPUs.
     assert plan.pending["a2"].code == "waiting-for-quota"
-    assert plan.pending["a2"].message.startswith("a uses 1 of its 4 GPUs quota on ml.p5.48xlarge;")
+    assert plan.pending["a2"].message.startswith("a uses 1 of its 4 GPU quota on ml.p5.48xlarge;")
 
 
 def test_s6_no_min_runtime_reason_when_the_protected_victim_would_not_do() -> None:
