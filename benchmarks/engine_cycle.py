@@ -1,6 +1,7 @@
 """How long one allocation cycle takes, beside a floor measured in the same run.
 
     .venv/bin/python benchmarks/engine_cycle.py [--quick] [--repeat N] [--storm] [--stepped] [--history]
+                                                [--resources]
 
 For each case (pending jobs, running jobs, teams, nodes) and both ``idle_allocation`` modes it
 builds a busy cluster (quotas summing to 90% of the capacity, the running jobs filling it, some
@@ -11,6 +12,9 @@ jobs by their queue order key (POLICY.md 3.1). Peak memory is what ``tracemalloc
 during one more, separate, cycle. ``--history`` adds, after each fair-share case, the same
 cluster with fairness over time on (docs/fairness.md: every team with a borrowing lately): the
 history is one figure per team, so its cost cannot grow with the length of the history.
+``--resources`` adds, after each case, the same cluster with nodes of 192 vCPU, 2,048 GiB and two
+partition profiles (docs/resources.md): the jobs ask their node share of vCPU and memory, and
+one pending job in ten asks partitions instead of GPUs; the row above it is its GPU-only twin.
 """
 
 from __future__ import annotations
@@ -240,6 +244,11 @@ def main() -> None:
         help="also the 100k-job case settled one cycle a second (back-offs end before the timed cycle)",
     )
     parser.add_argument(
+        "--resources",
+        action="store_true",
+        help="also each case with vCPU, memory and two partition profiles (docs/resources.md)",
+    )
+    parser.add_argument(
         "--history",
         action="store_true",
         help="also each fair-share case with fairness over time on (a half-life of a day, 50%%)",
@@ -259,7 +268,7 @@ def main() -> None:
         grid += [("storm", 1_000, 1_000, 20, 200), ("storm", 10_000, 1_000, 20, 200)]
     if args.stepped:
         grid += [("stepped", 100_000, 10_000, 200, 2_000)]
-    header = f"{'cluster':<8} {'pending':>8} {'running':>8} {'teams':>6} {'nodes':>6} {'mode':<22} {'cycle s':>8} {'floor s':>8} {'ratio':>6} {'starts':>7} {'preempt':>7} {'peak MB':>8}"
+    header = f"{'cluster':<8} {'pending':>8} {'running':>8} {'teams':>6} {'nodes':>6} {'mode':<32} {'cycle s':>8} {'floor s':>8} {'ratio':>6} {'starts':>7} {'preempt':>7} {'peak MB':>8}"
     print(f"engine build: {ENGINE_BUILD} (GPUGOV_ENGINE=interpreted or compiled chooses)")
     print(header)
     print("-" * len(header))
@@ -272,6 +281,8 @@ def main() -> None:
             variants = [(mode.value, snapshot)]
             if args.history and mode == IdleAllocation.FAIR_SHARE:
                 variants.append(("fair-share+history", with_history(snapshot)))
+            if args.resources:
+                variants.append((f"{mode.value}+resources", with_resources(snapshot)))
             for label, snap in variants:
                 plan = allocate(snap, 0.0)
                 cycle, base = best_of(args.repeat, lambda s=snap: allocate(s, 0.0), lambda s=snap: floor(s))
@@ -281,10 +292,30 @@ def main() -> None:
                 tracemalloc.stop()
                 n_running = sum(1 for j in snap.jobs if j.nodes)
                 print(
-                    f"{kind:<8} {pending:>8} {n_running:>8} {teams:>6} {nodes:>6} {label:<22} {cycle:>8.3f} {base:>8.3f} "
+                    f"{kind:<8} {pending:>8} {n_running:>8} {teams:>6} {nodes:>6} {label:<32} {cycle:>8.3f} {base:>8.3f} "
                     f"{cycle / base:>6.1f} {len(plan.starts):>7} {len(plan.preemptions):>7} {peak / 2**20:>8.1f}",
                     flush=True,
                 )
+
+
+PROFILES = (("mig-1g.10gb", 7), ("mig-3g.40gb", 2))
+
+
+def with_resources(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with vCPU, memory and two partition profiles on every node, one pending
+    job in ten asking partitions (and no GPU) instead of its GPUs."""
+    rng = random.Random(13)
+    types = tuple(
+        dataclasses.replace(it, vcpus_per_node=192, memory_gib_per_node=2048, partitions_per_node=PROFILES)
+        for it in snapshot.instance_types
+    )
+    jobs = tuple(
+        dataclasses.replace(job, gpus=0, partitions=((rng.choice(PROFILES)[0], rng.choice((1, 1, 2))),))
+        if not job.nodes and rng.random() < 0.1
+        else job
+        for job in snapshot.jobs
+    )
+    return dataclasses.replace(snapshot, instance_types=types, jobs=jobs)
 
 
 def with_history(snapshot: Snapshot) -> Snapshot:

@@ -37,6 +37,7 @@ MODULES = (
     "placement",
     "preemption",
     "ranking",
+    "resources",
     "session",
     "state",
 )

@@ -88,6 +88,8 @@ from .state import (
     TeamState,
     VictimKey,
     inactive_reason,
+    job_borrows,
+    job_demand,
     victim_key,
 )
 
@@ -107,7 +109,9 @@ Key = tuple[Any, ...]
 # Jobs consumed without a test in the current epoch, not yet final: (shape, from, to, reason,
 # the shape's rank when consumed).
 LogEntry = tuple["_Shape", int, int, PendingReason, tuple[int, ...]]
-Ident = tuple[int, str, int, int, bool]  # team index, instance type, GPUs, priority, may look
+# Team index, instance type, GPUs, priority, may look, and what its jobs ask of the type's other
+# resources (docs/resources.md 3; None where the type counts GPUs alone).
+Ident = tuple[int, str, int, int, bool, tuple[int, ...] | None]
 
 
 def allocate(snapshot: Snapshot, now: float) -> Plan:
@@ -151,6 +155,7 @@ class _Shape:
         "rank",
         "rank_borrowed",
         "rank_usage",
+        "res",
         "team",
         "ts",
         "tt",
@@ -167,8 +172,9 @@ class _Shape:
         team: TeamState,
         instance_type: str,
     ) -> None:
-        self.ident = ident  # (team index, instance type, GPUs, priority, may look for victims)
+        self.ident = ident  # (team index, instance type, GPUs, priority, may look, resources)
         self.gpus = gpus
+        self.res = ident[5]
         self.eligible = eligible
         self.neg = -ident[3]  # minus the priority: the first item of its jobs' order keys
         self.keys = keys
@@ -177,7 +183,7 @@ class _Shape:
         self.team = team
         self.tt = team.per_type[instance_type]
         self.ts = state.types[instance_type]
-        self.failure = Failure(team, self.tt, self.ts, gpus, eligible)
+        self.failure = Failure(team, self.tt, self.ts, gpus, eligible, ident[5])
         # ``BatchedCycle._rank``, with the team's usage and borrowed GPUs it was made at.
         self.rank: tuple[int, ...] = ()
         self.rank_usage = -1
@@ -316,22 +322,29 @@ class Queues:
                 continue
             prio = 0 if pclass is None else weights.get(pclass, 0)
             static = self.may_look(team, it, gpus)
-            if preempted > 0:
+            if state.types[it].res is not None:
+                # docs/resources.md 3: jobs of one size that ask other amounts of the type's
+                # other resources are not twins.
+                for slot in slots:
+                    eligible = static and (preempted == 0 or not self._backed_off(slot[3], now, static))
+                    res = self.demand(slot[3])
+                    merged.setdefault((team.index, it, gpus, prio, eligible, res), []).append(slot)
+            elif preempted > 0:
                 for slot in slots:
                     eligible = static and not self._backed_off(slot[3], now, static)
-                    merged.setdefault((team.index, it, gpus, prio, eligible), []).append(slot)
+                    merged.setdefault((team.index, it, gpus, prio, eligible, None), []).append(slot)
             else:
-                merged.setdefault((team.index, it, gpus, prio, static), []).extend(slots)
+                merged.setdefault((team.index, it, gpus, prio, static, None), []).extend(slots)
         for ident, keys in sorted(merged.items(), key=_first):
             # One priority in a shape: its queue order is submit time, seq, id (POLICY.md 3.1).
             keys.sort()
             self.new_shape(ident, keys)
 
     def new_shape(self, ident: Ident, keys: list[Slot]) -> _Shape:
-        index, it, gpus, _, eligible = ident
+        index, it, gpus, _, eligible, res = ident
         team = self.state.team_list[index]
         shape = _Shape(ident, gpus, eligible, keys, self.state, team, it)
-        shape.unfit = self.judge.judge(team.team.name, it, gpus)
+        shape.unfit = self.judge.judge(team.team.name, it, gpus, res)
         self.teams[index].add(shape)
         return shape
 
@@ -353,7 +366,15 @@ class Queues:
     def ident(self, job: Job, eligible: bool) -> Ident:
         team = self.state.teams[job.team]
         prio = 0 if job.priority_class is None else self.state.weights.get(job.priority_class, 0)
-        return (team.index, job.instance_type, job.gpus, prio, eligible)
+        return (team.index, job.instance_type, job.gpus, prio, eligible, self.demand(job))
+
+    def demand(self, job: Job) -> tuple[int, ...] | None:
+        """What the job asks of its type's other resources (``JobRecord.res``)."""
+        state = self.state
+        res = state.types[job.instance_type].res
+        if res is None:
+            return None
+        return job_demand(state.it_defs[job.instance_type], res.names, job)
 
     def add_pending(self, job: Job) -> None:
         team = self.state.teams[job.team]
@@ -538,10 +559,11 @@ class BatchedCycle:
         reads the team's usage of the type and its borrowed GPUs: kept while they stand."""
         tt = shape.tt
         usage = tt.usage
-        if shape.rank_usage == usage and shape.rank_borrowed == team.borrowed:
+        res = shape.res
+        if shape.rank_usage == usage and shape.rank_borrowed == team.borrowed and res is None:
             return shape.rank
         g = shape.gpus
-        borrows = 1 if usage + g > tt.quota else 0
+        borrows = 1 if (usage + g > tt.quota if res is None else job_borrows(tt, g, res)) else 0
         rank: tuple[int, ...]
         if self.fair_share:
             extra = max(0, usage + g - tt.quota) - max(0, usage - tt.quota)
@@ -784,7 +806,7 @@ class BatchedCycle:
             return
         it, g = rec.ts.name, rec.gpus
         eligible = may_look_for_victims(self.state, rec)
-        ident = (team_state.index, it, g, rec.priority, eligible)
+        ident = (team_state.index, it, g, rec.priority, eligible, rec.res)
         team = self.teams[team_state.index]
         shape = team.by_ident.get(ident)
         if shape is None:
@@ -912,6 +934,8 @@ class BatchedCycle:
         state = self.state
         for ts in state.types.values():
             ts.held = 0
+            if ts.res is not None:
+                ts.res.held = [0] * len(ts.res.names)
             ts.version += 1
         for team_state in state.team_list:
             for tt in team_state.per_type.values():

@@ -102,6 +102,7 @@ class Failure:
         "pool",
         "reason",
         "reason_at",
+        "res",
         "rise",
         "team",
         "ts",
@@ -111,8 +112,18 @@ class Failure:
         "within",
     )
 
-    def __init__(self, team: TeamState, tt: TeamType, ts: TypeState, gpus: int, eligible: bool) -> None:
+    def __init__(
+        self,
+        team: TeamState,
+        tt: TeamType,
+        ts: TypeState,
+        gpus: int,
+        eligible: bool,
+        res: tuple[int, ...] | None = None,
+    ) -> None:
         self.team = team
+        # What its jobs ask of the type's other resources (docs/resources.md 3), or None.
+        self.res = res
         self.tt = tt
         self.ts = ts
         self.gpus = gpus
@@ -236,7 +247,8 @@ class Memory:
         (``TEAM_LIMIT``). Only the reason is made again, in the current state: its figures may
         have moved. A job that waited because its victims would include a job started in the
         cycle (``DEFERRED``) waits again only while nothing changed on its type."""
-        if not self.carry or f.ts.protected:
+        if not self.carry or f.ts.protected or f.res is not None:
+            # (Nor on a type that counts other resources: the reasoning below is in GPUs.)
             # A job protected by its minimum runtime on the type may make any failure's reason
             # ``min-runtime`` (``remember``), which reads the whole state: nothing is carried.
             return None
@@ -279,7 +291,7 @@ class Memory:
             if self.fair_share and (f.team.borrowed != f.borrowed or tt.usage != f.usage):
                 return None
         if f.reason_at != ts.version:
-            f.reason = state.reason_for(f.team, tt, ts, f.gpus)
+            f.reason = state.reason_for(f.team, tt, ts, f.gpus, f.res)
             f.reason_at = ts.version
         f.epoch = self.epoch
         return f.reason

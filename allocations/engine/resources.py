@@ -110,5 +110,7 @@ def job_resources(it: InstanceType, job: Job) -> dict[str, int]:
 
 
 def amount_text(name: str, amount: int) -> str:
-    """``256 GiB memory``, ``48 vCPU``, ``2 mig-1g.10gb``."""
+    """``256 GiB memory``, ``48 vCPU``, ``2 mig-1g.10gb``, ``1 GPU``."""
+    if name == GPUS and amount == 1:
+        return "1 GPU"
     return f"{amount:,} {UNITS.get(name, name)}"

@@ -21,6 +21,15 @@ from .placement import NodeShare, Placement
 if TYPE_CHECKING:
     from .preemption import Borrowers, Part
 from .ranking import ZERO_SHARE, ShareKey, history_terms, priority_weights, share_key, share_units
+from .resources import (
+    GPUS,
+    amount_text,
+    counts_gpus_only,
+    job_resources,
+    max_use_resources,
+    quota_resources,
+    type_resources,
+)
 from .snapshot import (
     IdleAllocation,
     InstanceType,
@@ -127,6 +136,7 @@ class TeamType:
         "may_borrow",
         "prefixes",
         "quota",
+        "res",
         "usage",
     )
 
@@ -150,6 +160,9 @@ class TeamType:
         # with their GPUs, made at that version (``preemption.borrowers``).
         self.cand_version = 0
         self.prefixes: dict[int, Part] = {}
+        # docs/resources.md 4: its limits and usage of the type's other resources; None where
+        # the type counts GPUs alone.
+        self.res: TeamRes | None = None
 
     def candidate_gpus_below(self, priority: int | None) -> int:
         """GPUs of the candidates of priority below ``priority`` (None: all)."""
@@ -185,6 +198,7 @@ class TypeState:
         "protected_groups",
         "protected_version",
         "quota_sum",
+        "res",
         "running",
         "version",
         "watchers",
@@ -216,12 +230,115 @@ class TypeState:
         # Bumped by every change of its accounting (a job on or off its nodes, a hold): what a
         # pending reason here reads (``CycleState.reason_for``) stands until it moves.
         self.version = 0
+        # docs/resources.md 4: the type's other resources; None where it counts GPUs alone.
+        self.res: TypeRes | None = None
 
     def touch(self, team: int) -> None:
         """Team ``team``'s candidates here, or whether it borrows here, changed."""
         self.cand_version += 1
         for changed in self.watchers:
             changed.add(team)
+
+
+class TypeRes:
+    """An instance type's resources other than whole GPUs (docs/resources.md 1 and 4), in
+    ``names`` order (vCPU, memory, then the partition profiles): per resource the ready nodes'
+    capacity, the pool, the pool used, what reclaiming teams hold, what running jobs use, and
+    each node's free amounts (by the node's index in the type's ``Placement``)."""
+
+    __slots__ = (
+        "capacity",
+        "capacity_ever",
+        "held",
+        "names",
+        "node_free",
+        "per_node",
+        "pool",
+        "pool_used",
+        "quota_sum",
+        "running",
+    )
+
+    def __init__(self, names: tuple[str, ...], per_node: list[int], ready: list[bool]) -> None:
+        k = len(names)
+        self.names = names
+        self.per_node = per_node
+        n_ready = sum(1 for r in ready if r)
+        self.capacity = [a * n_ready for a in per_node]
+        self.capacity_ever = [a * len(ready) for a in per_node]
+        self.pool = [0] * k
+        self.pool_used = [0] * k
+        self.held = [0] * k
+        self.running = [0] * k
+        self.quota_sum = [0] * k
+        # Every node of a type has the same resources (docs/resources.md 1).
+        self.node_free: list[list[int]] = [list(per_node) for _ in ready]
+
+
+class TeamRes:
+    """A team's limits and usage of one instance type's other resources (docs/resources.md 2
+    and 4), in ``TypeRes.names`` order. Every one lends its whole quota but under
+    ``dont-lend``; lend limits are GPUs only. ``max_use`` None: unlimited."""
+
+    __slots__ = ("kept", "lendable", "max_use", "may_borrow", "quota", "usage")
+
+    def __init__(self, team: Team, it: InstanceType, names: tuple[str, ...]) -> None:
+        q = team.quotas.get(it.name, _NO_QUOTA)
+        quotas = quota_resources(it, q)
+        maxes = max_use_resources(it, q)
+        lend_and_borrow = team.sharing == Sharing.LEND_AND_BORROW
+        self.quota = [max(0, quotas[n]) for n in names]
+        self.lendable = [0 if team.sharing == Sharing.DONT_LEND else a for a in self.quota]
+        self.kept = [a - b for a, b in zip(self.quota, self.lendable, strict=True)]
+        self.max_use: list[int | None] = [
+            (maxes[n] if lend_and_borrow else a) for n, a in zip(names, self.quota, strict=True)
+        ]
+        self.may_borrow = [
+            lend_and_borrow and (m is None or m > a) for m, a in zip(self.max_use, self.quota, strict=True)
+        ]
+        self.usage = [0] * len(names)
+
+    def unused_lendable(self, k: int, usage: int) -> int:
+        lendable = self.lendable[k]
+        return lendable - min(lendable, max(0, usage - self.kept[k]))
+
+
+def job_borrows(tt: TeamType, g: int, res: tuple[int, ...] | None) -> bool:
+    """Whether a job of ``g`` GPUs asking ``res`` would take its team above its quota there
+    (POLICY.md 3.2); on a type that counts other resources, above its quota of any resource it
+    asks for (docs/resources.md 4)."""
+    if res is None:
+        return tt.usage + g > tt.quota
+    tr = tt.res
+    assert tr is not None
+    if g and tt.usage + g > tt.quota:
+        return True
+    return any(a and tr.usage[k] + a > tr.quota[k] for k, a in enumerate(res))
+
+
+def node_shares(res: tuple[int, ...], nodes: NodeShare) -> list[list[int]]:
+    """What a job asking ``res`` takes of each of its nodes: all of it on one node; spread
+    evenly over whole nodes (docs/resources.md 3), the first nodes taking the remainder."""
+    n = len(nodes)
+    if n == 1:
+        return [list(res)]
+    return [[d // n + (1 if i < d % n else 0) for d in res] for i in range(n)]
+
+
+def job_demand(it: InstanceType, names: tuple[str, ...], job: Job) -> tuple[int, ...]:
+    """What ``job`` asks of the type's other resources, in ``names`` order (docs/resources.md
+    3). Raises ``ValueError`` naming the field for a partition the type does not have or an
+    amount below 0."""
+    for name, amount in (("vcpus", job.vcpus), ("memory_gib", job.memory_gib)):
+        if amount is not None and amount < 0:
+            raise ValueError(f"job.{name}: must be 0 or more, got {amount!r}")
+    for profile, count in job.partitions:
+        if profile not in names:
+            raise ValueError(f"job.partitions: {it.name} has no partition {profile!r}")
+        if count < 0:
+            raise ValueError(f"job.partitions: must be 0 or more, got {count!r} of {profile!r}")
+    asked = job_resources(it, job)
+    return tuple(asked[n] for n in names)
 
 
 class TeamState:
@@ -271,6 +388,7 @@ class JobRecord:
         "preemptions",
         "priority",
         "protected_until",
+        "res",
         "started_in_cycle",
         "team",
         "ts",
@@ -297,6 +415,9 @@ class JobRecord:
         # docs/preemption.md 1: until then it has not run its minimum runtime and is no
         # preemption candidate (``CycleState.protect``); -inf for every other job.
         self.protected_until = float("-inf")
+        # docs/resources.md 3: what it asks of its type's other resources (``TypeRes.names``);
+        # None where the type counts GPUs alone.
+        self.res: tuple[int, ...] | None = None
 
     def __repr__(self) -> str:
         return f"JobRecord({self.job.id!r}, team={self.team.team.name!r}, gpus={self.gpus}, nodes={self.nodes!r})"
@@ -374,12 +495,16 @@ class CycleState:
         # for the same few thousand again and again (99.5% of 1.8 million in a 3-day what-if
         # replay), and a reason is frozen, so one object serves every job and cycle that has it.
         self.reasons: dict[tuple[object, ...], PendingReason] = {}
+        # Whether some instance type counts resources other than GPUs (docs/resources.md).
+        self.resources = False
+        self.it_defs: dict[str, InstanceType] = {}
         self._build(snapshot)
         self.reset_epochs()
 
     # -- building ----------------------------------------------------------------------
     def _build(self, snapshot: Snapshot) -> None:
         types, nodes_by_type, node_type = _check_types_and_nodes(snapshot)
+        self.it_defs = types
         self._build_teams(snapshot, types)
         weights = priority_weights(self.policy)
         self.weights = weights
@@ -415,7 +540,9 @@ class CycleState:
             nodes = nodes_by_type[name]
             placement = Placement(it.gpus_per_node, nodes, used)
             capacity = sum(n.gpus for n in nodes if n.ready)
-            self.types[name] = TypeState(name, placement, capacity, sum(n.gpus for n in nodes))
+            ts = self.types[name] = TypeState(name, placement, capacity, sum(n.gpus for n in nodes))
+            if not counts_gpus_only(it):
+                self._build_res(ts, it)
 
         # Pools (POLICY.md 2): lendable quota plus, when shared, the capacity in no quota.
         for name, ts in self.types.items():
@@ -425,6 +552,8 @@ class CycleState:
             unallocated = max(0, ts.capacity - quota_sum) if self.policy.share_unallocated else 0
             ts.pool = lendable_sum + unallocated
             self.pool_total += ts.pool
+            if ts.res is not None:
+                self._res_pools(ts, ts.res)
 
         # Each team's usage is counted once per instance type, not once per running job.
         records = self.records
@@ -438,6 +567,9 @@ class CycleState:
                 usage[id(rec.tt)] = (first, gpus + rec.gpus)
         for first, gpus in usage.values():
             self._change_usage(first, gpus)
+        for rec in records:
+            if rec.res is not None and rec.nodes:
+                self._change_res(rec, 1)
         if any(t.members is not None for t in self.team_list):
             for rec in records:
                 if rec.nodes:
@@ -445,6 +577,24 @@ class CycleState:
         for team_state in self.team_list:
             for tt in team_state.per_type.values():
                 tt.candidates.sort(key=lambda r: r.victim_key)
+
+    def _build_res(self, ts: TypeState, it: InstanceType) -> None:
+        """docs/resources.md 4: the type's other resources, and each team's limits of them."""
+        per_node = type_resources(it)
+        names = tuple(n for n in per_node if n != GPUS)
+        ts.res = TypeRes(names, [per_node[n] for n in names], ts.placement.ready)
+        for team_state in self.team_list:
+            team_state.per_type[ts.name].res = TeamRes(team_state.team, it, names)
+        self.resources = True
+
+    def _res_pools(self, ts: TypeState, yr: TypeRes) -> None:
+        """POLICY.md 2's pools per resource (docs/resources.md 4)."""
+        for k in range(len(yr.names)):
+            quota_k = sum(_team_res(t.per_type[ts.name]).quota[k] for t in self.team_list)
+            lendable_k = sum(_team_res(t.per_type[ts.name]).lendable[k] for t in self.team_list)
+            yr.quota_sum[k] = quota_k
+            free_k = max(0, yr.capacity[k] - quota_k) if self.policy.share_unallocated else 0
+            yr.pool[k] = lendable_k + free_k
 
     def _build_teams(self, snapshot: Snapshot, types: dict[str, InstanceType]) -> None:
         for i, team in enumerate(snapshot.teams):
@@ -544,8 +694,14 @@ class CycleState:
                 raise ValueError(f"jobs[{i}].team: unknown team {job.team!r}")
             if job.instance_type not in types:
                 raise ValueError(f"jobs[{i}].instance_type: unknown instance type {job.instance_type!r}")
-            if job.gpus <= 0:
+            it = types[job.instance_type]
+            if job.gpus < 0 or (job.gpus == 0 and not job.partitions):
                 raise ValueError(f"jobs[{i}].gpus: must be above 0, got {job.gpus!r}")
+            if job.gpus == 0 and counts_gpus_only(it):
+                # docs/resources.md 1: a resource the type does not declare cannot be asked for.
+                raise ValueError(
+                    f"jobs[{i}].partitions: {it.name} has no partitions, got {dict(job.partitions)!r}"
+                )
             for name, gpus in job.nodes:
                 if node_type.get(name) != job.instance_type:
                     raise ValueError(f"jobs[{i}].nodes: unknown node {name!r} of {job.instance_type}")
@@ -560,6 +716,8 @@ class CycleState:
         rec = self._record(job)
         if job.nodes:
             self._change_usage(rec, rec.gpus)
+            if rec.res is not None:
+                self._change_res(rec, 1)
             self._candidate(rec)
             if rec.team.members is not None:
                 self._member_usage(rec, rec.gpus)
@@ -568,9 +726,11 @@ class CycleState:
     def _record(self, job: Job) -> JobRecord:
         owner = self.teams[job.team]
         prio = 0 if job.priority_class is None else self.weights.get(job.priority_class, 0)
-        rec = JobRecord(
-            job, owner, owner.per_type[job.instance_type], self.types[job.instance_type], prio, self.now
-        )
+        ts = self.types[job.instance_type]
+        rec = JobRecord(job, owner, owner.per_type[job.instance_type], ts, prio, self.now)
+        yr = ts.res
+        if yr is not None:
+            rec.res = job_demand(self.it_defs[ts.name], yr.names, job)
         if job.nodes:
             if job.checkpoint_interval_s:
                 self.timed = True
@@ -642,6 +802,30 @@ class CycleState:
                 ts.borrowers.discard(team.index)
         ts.running += delta
 
+    def _change_res(self, rec: JobRecord, sign: int) -> None:
+        """A job asking other resources goes on (``sign`` 1) or off (-1) its nodes: its team's
+        usage, the pool used, what its team holds and the nodes' free amounts, per resource
+        (docs/resources.md 4). By sign: a job of partitions alone has 0 GPUs."""
+        tt, ts = rec.tt, rec.ts
+        tr, yr, asked = tt.res, ts.res, rec.res
+        assert tr is not None and yr is not None and asked is not None
+        for k, amount in enumerate(asked):
+            if not amount:
+                continue
+            old = tr.usage[k]
+            new = old + sign * amount
+            kept = tr.kept[k]
+            yr.pool_used[k] += max(0, new - kept) - max(0, old - kept)
+            if tt.holding:
+                yr.held[k] += tr.unused_lendable(k, new) - tr.unused_lendable(k, old)
+            tr.usage[k] = new
+            yr.running[k] += sign * amount
+        index = ts.placement.index
+        for (name, _), share in zip(rec.nodes, node_shares(asked, rec.nodes), strict=True):
+            free = yr.node_free[index[name]]
+            for k, amount in enumerate(share):
+                free[k] -= sign * amount
+
     def _member_usage(self, rec: JobRecord, delta: int) -> None:
         """Count a running job's GPUs for its submitter, in a team that limits its members."""
         members = rec.team.members
@@ -683,6 +867,8 @@ class CycleState:
 
     def fits(self, rec: JobRecord, within_quota: bool = False) -> bool:
         """POLICY.md 2 "fits"; with ``within_quota`` the team must also end within its quota."""
+        if rec.res is not None:
+            return self.fits_res(rec, within_quota)
         tt, ts, g = rec.tt, rec.ts, rec.gpus
         after = tt.usage + g
         if within_quota or tt.max_use is not None:
@@ -696,6 +882,110 @@ class CycleState:
         if ts.running + g > ts.capacity:
             return False
         return ts.placement.can_place(g)
+
+    def res_available(self, tt: TeamType, ts: TypeState, k: int) -> int:
+        """``pool_available`` of the type's other resource ``k``."""
+        tr, yr = tt.res, ts.res
+        assert tr is not None and yr is not None
+        own = tr.unused_lendable(k, tr.usage[k]) if tt.holding else 0
+        return yr.pool[k] - yr.pool_used[k] - (yr.held[k] - own)
+
+    def res_failure(
+        self, tt: TeamType, ts: TypeState, g: int, asked: tuple[int, ...], within_quota: bool = False
+    ) -> tuple[int, int] | None:
+        """docs/resources.md 4: the first of the job's resources (-1: GPUs, else the index in
+        ``TypeRes.names``), in section 1's order, whose figures fail section 2's first three
+        conditions, and which (0: the team's limit, 1: the pool, 2: the ready capacity); None
+        when every one holds."""
+        tr, yr = tt.res, ts.res
+        assert tr is not None and yr is not None
+        if g:
+            after = tt.usage + g
+            limit = tt.quota if within_quota else tt.max_use
+            if limit is not None and after > limit:
+                return (-1, 0)
+            kept = tt.kept
+            above = max(0, after - kept) - max(0, tt.usage - kept)
+            if above and above > self.pool_available(tt, ts):
+                return (-1, 1)
+            if ts.running + g > ts.capacity:
+                return (-1, 2)
+        for k, amount in enumerate(asked):
+            if not amount:
+                continue
+            usage = tr.usage[k]
+            after = usage + amount
+            limit_k = tr.quota[k] if within_quota else tr.max_use[k]
+            if limit_k is not None and after > limit_k:
+                return (k, 0)
+            kept = tr.kept[k]
+            above = max(0, after - kept) - max(0, usage - kept)
+            if above and above > self.res_available(tt, ts, k):
+                return (k, 1)
+            if yr.running[k] + amount > yr.capacity[k]:
+                return (k, 2)
+        return None
+
+    def fits_res(self, rec: JobRecord, within_quota: bool = False) -> bool:
+        """``fits`` of a job on a type that counts other resources (docs/resources.md 4)."""
+        asked = rec.res
+        assert asked is not None
+        return (
+            self.res_failure(rec.tt, rec.ts, rec.gpus, asked, within_quota) is None
+            and self.res_nodes(rec.ts, rec.gpus, asked, False) is not None
+        )
+
+    def res_nodes(self, ts: TypeState, g: int, asked: tuple[int, ...], take: bool) -> NodeShare | None:
+        """docs/resources.md 4: the placement of a job on a type that counts other resources,
+        taken when ``take``; None when none exists. One node: the fullest ready node with room
+        for all of it (by free GPUs, then the other resources in order, then name). Larger than
+        a node: whole free nodes in name order with room for their share of the rest."""
+        yr = ts.res
+        assert yr is not None
+        placement = ts.placement
+        free, ready, size, names = placement.free, placement.ready, placement.gpus, placement.names
+        node_free = yr.node_free
+        if g <= placement.gpus_per_node:
+            best = -1
+            best_key: list[int] = []
+            for i in range(len(names)):
+                if not ready[i] or free[i] < g:
+                    continue
+                room = node_free[i]
+                if any(r < a for r, a in zip(room, asked, strict=True)):
+                    continue
+                key = [free[i], *room]
+                if best < 0 or key < best_key:
+                    best, best_key = i, key
+            if best < 0:
+                return None
+            nodes: NodeShare = ((names[best], g),)
+        else:
+            per = -(-g // placement.gpus_per_node)
+            least = [-(-a // per) for a in asked]
+            taken: list[tuple[str, int]] = []
+            left = g
+            for i in range(len(names)):
+                if left <= 0:
+                    break
+                if (
+                    ready[i]
+                    and free[i] == size[i] > 0
+                    and all(r >= a for r, a in zip(node_free[i], least, strict=True))
+                ):
+                    share = min(size[i], left)
+                    taken.append((names[i], share))
+                    left -= share
+            if left > 0:
+                return None
+            nodes = tuple(taken)
+            for (name, _), share_k in zip(nodes, node_shares(asked, nodes), strict=True):
+                room = node_free[placement.index[name]]
+                if any(r < a for r, a in zip(room, share_k, strict=True)):
+                    return None
+        if take:
+            placement.take(nodes)
+        return nodes
 
     def start(self, rec: JobRecord) -> NodeShare:
         """Put a job that fits on its nodes (best fit), count it, and make it a candidate.
@@ -712,13 +1002,19 @@ class CycleState:
         started from, so each set of victims with it does no better than the same set without
         it did before (and under fair share those searches are remembered with the team's
         usage, which moved)."""
-        nodes = rec.ts.placement.place(rec.gpus)
+        nodes = (
+            rec.ts.placement.place(rec.gpus)
+            if rec.res is None
+            else self.res_nodes(rec.ts, rec.gpus, rec.res, True)
+        )
         if nodes is None:  # pragma: no cover - fits() checked placement just before
             raise RuntimeError(f"no placement for {rec.job.id} after a successful fit test")
         rec.nodes = nodes
         team = rec.team
         borrowed = team.borrowed
         self._change_usage(rec, rec.gpus)
+        if rec.res is not None:
+            self._change_res(rec, 1)
         if team.members is not None:
             self._member_usage(rec, rec.gpus)
         self.cycle_starts += 1
@@ -763,6 +1059,8 @@ class CycleState:
         """Take a running job off its nodes (a preemption, or a trial of one)."""
         rec.ts.placement.give(rec.nodes)
         self._change_usage(rec, -rec.gpus)
+        if rec.res is not None:
+            self._change_res(rec, -1)
         if rec.team.members is not None:
             self._member_usage(rec, -rec.gpus)
 
@@ -770,6 +1068,8 @@ class CycleState:
         """Undo ``remove``: put the job back on the same nodes."""
         rec.ts.placement.take(rec.nodes)
         self._change_usage(rec, rec.gpus)
+        if rec.res is not None:
+            self._change_res(rec, 1)
         if rec.team.members is not None:
             self._member_usage(rec, rec.gpus)
 
@@ -813,6 +1113,10 @@ class CycleState:
         tt.holding = True
         ts.version += 1
         ts.held += tt.unused_lendable()
+        tr, yr = tt.res, ts.res
+        if tr is not None and yr is not None:
+            for k in range(len(yr.names)):
+                yr.held[k] += tr.unused_lendable(k, tr.usage[k])
         return True
 
     # -- shares ------------------------------------------------------------------------
@@ -827,12 +1131,16 @@ class CycleState:
     def reason(self, rec: JobRecord) -> PendingReason:
         """Why a job that does not fit now stays pending: the first applicable of section 5
         after ``team-inactive``, ``exceeds-max`` and ``blocked-by-fifo``."""
-        return self.reason_for(rec.team, rec.tt, rec.ts, rec.gpus)
+        return self.reason_for(rec.team, rec.tt, rec.ts, rec.gpus, rec.res)
 
-    def reason_for(self, team_state: TeamState, tt: TeamType, ts: TypeState, g: int) -> PendingReason:
-        """``reason`` of a job of ``g`` GPUs of that team and instance type: it reads nothing
-        else of the job. The figures are read first; the message is written only for figures
-        not met before (``reasons``)."""
+    def reason_for(
+        self, team_state: TeamState, tt: TeamType, ts: TypeState, g: int, res: tuple[int, ...] | None = None
+    ) -> PendingReason:
+        """``reason`` of a job of ``g`` GPUs (and ``res`` of the type's other resources) of that
+        team and instance type: it reads nothing else of the job. The figures are read first;
+        the message is written only for figures not met before (``reasons``)."""
+        if res is not None:
+            return self.res_reason(team_state, tt, ts, g, res)
         team = team_state.team.name
         it = ts.name
         usage = tt.usage
@@ -867,6 +1175,129 @@ class CycleState:
             reason = self.reasons[key] = _reason_from(key)
         return reason
 
+    def res_reason(
+        self, team_state: TeamState, tt: TeamType, ts: TypeState, g: int, asked: tuple[int, ...]
+    ) -> PendingReason:
+        """docs/resources.md 7: ``reason_for`` on a type that counts other resources. It names
+        the first resource, in section 1's order, whose figures fail, and those figures."""
+        tr, yr = tt.res, ts.res
+        assert tr is not None and yr is not None
+        team, it = team_state.team.name, ts.name
+        failed = self.res_failure(tt, ts, g, asked)
+        key: tuple[object, ...]
+        if failed is None:
+            wanted = [(GPUS, g)] if g else []
+            wanted += [(n, a) for n, a in zip(yr.names, asked, strict=True) if a]
+            key = (_NO_PLACEMENT, it, tuple(wanted))
+        else:
+            k, kind = failed
+            if k < 0:
+                name, usage, amount, quota, max_use = GPUS, tt.usage, g, tt.quota, tt.max_use
+                may_borrow, kept, running, capacity = tt.may_borrow, tt.kept, ts.running, ts.capacity
+                available = self.pool_available(tt, ts)
+            else:
+                name, usage, amount, quota, max_use = (
+                    yr.names[k],
+                    tr.usage[k],
+                    asked[k],
+                    tr.quota[k],
+                    tr.max_use[k],
+                )
+                may_borrow, kept, running, capacity = (
+                    tr.may_borrow[k],
+                    tr.kept[k],
+                    yr.running[k],
+                    yr.capacity[k],
+                )
+                available = self.res_available(tt, ts, k)
+            if kind == 0:
+                key = (
+                    _OVER_LIMIT if may_borrow else _NO_BORROWING,
+                    team,
+                    it,
+                    name,
+                    usage,
+                    quota,
+                    max_use,
+                    amount,
+                )
+            elif kind == 1:
+                above = max(0, usage + amount - kept) - max(0, usage - kept)
+                within = usage + amount <= quota
+                key = (
+                    _LENT_OUT if within else _NO_IDLE,
+                    team,
+                    it,
+                    name,
+                    usage,
+                    quota,
+                    max_use,
+                    max(0, available),
+                    above,
+                )
+            else:
+                key = (_CAPACITY_LOST, it, name, running, capacity, amount)
+        key = ("res", *key)
+        reason = self.reasons.get(key)
+        if reason is None:
+            if len(self.reasons) >= 1 << 16:
+                self.reasons.clear()
+            reason = self.reasons[key] = _res_reason_from(key)
+        return reason
+
+
+def _of_its(name: str, amount: int) -> str:
+    """``2,048 GiB memory`` or, as POLICY.md's messages say it, ``4 GPU`` (quota, limit)."""
+    return f"{amount:,} GPU" if name == GPUS else amount_text(name, amount)
+
+
+def _res_reason_from(key: tuple[object, ...]) -> PendingReason:
+    """The reason ``CycleState.res_reason`` keys by ``key`` (docs/resources.md 7)."""
+    kind = key[1]
+    if kind == _NO_PLACEMENT:
+        _, _, it, wanted = key
+        assert isinstance(wanted, tuple)
+        asked = ", ".join(amount_text(n, a) for n, a in wanted)
+        return PendingReason(PendingCode.FRAGMENTED, f"no ready {it} node has room for {asked} at once")
+    if kind == _CAPACITY_LOST:
+        _, _, it, name, running, capacity, amount = key
+        return PendingReason(
+            PendingCode.CAPACITY_LOST,
+            f"{_int(running):,} of the {amount_text(str(name), _int(capacity))} ready on {it} are in use; "
+            f"{amount_text(str(name), _int(amount))} more requested",
+        )
+    _, _, team, it, name, usage, quota, max_use, *rest = key
+    n = str(name)
+    if kind == _OVER_LIMIT:
+        return PendingReason(
+            PendingCode.BORROW_LIMIT,
+            f"{team} uses {_int(usage):,} of its {_of_its(n, _int(max_use))} limit on {it} "
+            f"(quota {_int(quota):,}); {amount_text(n, _int(rest[0]))} more would exceed it",
+        )
+    if kind == _NO_BORROWING:
+        return PendingReason(
+            PendingCode.WAITING_FOR_QUOTA,
+            f"{team} uses {_int(usage):,} of its {_of_its(n, _int(quota))} quota on {it} and may not "
+            f"borrow; {amount_text(n, _int(rest[0]))} more requested",
+        )
+    idle, above = _int(rest[0]), _int(rest[1])
+    if kind == _LENT_OUT:
+        return PendingReason(
+            PendingCode.WAITING_FOR_QUOTA,
+            f"{team} uses {_int(usage):,} of its {_of_its(n, _int(quota))} quota on {it}; its lendable "
+            f"quota is lent out and may not be reclaimed now; {amount_text(n, idle)} idle in the pool, "
+            f"{amount_text(n, above)} needed",
+        )
+    uses = (
+        f"uses {amount_text(n, _int(usage))} on {it} (no borrow limit)"
+        if max_use is None
+        else f"uses {_int(usage):,} of its {_of_its(n, _int(max_use))} limit on {it}"
+    )
+    return PendingReason(
+        PendingCode.NO_IDLE_CAPACITY,
+        f"{team} {uses}; {amount_text(n, idle)} idle in the pool, {amount_text(n, above)} needed",
+    )
+
 
 def inactive_reason(team: TeamState) -> PendingReason:
     """POLICY.md 5.1: a pending job of a team whose allocation is disabled."""
@@ -883,7 +1314,6 @@ def _check_types_and_nodes(
             raise ValueError(f"instance_types[{i}].name: duplicate instance type {it.name!r}")
         if it.gpus_per_node <= 0:
             raise ValueError(f"instance_types[{i}].gpus_per_node: must be above 0, got {it.gpus_per_node!r}")
-        _gpus_only(i, it)
         types[it.name] = it
     nodes_by_type: dict[str, list[Node]] = {name: [] for name in types}
     node_type: dict[str, str] = {}
@@ -897,24 +1327,6 @@ def _check_types_and_nodes(
         node_type[node.name] = node.instance_type
         nodes_by_type[node.instance_type].append(node)
     return types, nodes_by_type, node_type
-
-
-def _gpus_only(i: int, it: InstanceType) -> None:
-    """The cycle decides on GPUs alone: a resource it would ignore is refused rather than left
-    out of every plan (docs/resources.md 9)."""
-    for name, amount in (
-        ("vcpus_per_node", it.vcpus_per_node),
-        ("memory_gib_per_node", it.memory_gib_per_node),
-    ):
-        if amount:
-            raise ValueError(
-                f"instance_types[{i}].{name}: the engine decides on GPUs alone (docs/resources.md 9), got {amount!r}"
-            )
-    if it.partitions_per_node:
-        raise ValueError(
-            f"instance_types[{i}].partitions_per_node: the engine decides on GPUs alone "
-            f"(docs/resources.md 9), got {dict(it.partitions_per_node)!r}"
-        )
 
 
 def _reason_from(key: tuple[object, ...]) -> PendingReason:
@@ -978,6 +1390,12 @@ def _reason_from(key: tuple[object, ...]) -> PendingReason:
         PendingCode.FRAGMENTED,
         f"{_gpus(_int(free_ready))} free on ready {it} nodes but no placement for {g}: {detail}",
     )
+
+
+def _team_res(tt: TeamType) -> TeamRes:
+    res = tt.res
+    assert res is not None
+    return res
 
 
 def _int(value: object) -> int:
@@ -1059,17 +1477,23 @@ class NeverFitJudge:
         self._figures: dict[str, tuple[int, int, int]] = {}
         self._pool: dict[str, int] = {}
         self._limits: dict[tuple[str, str], Limits] = {}
-        self._cache: dict[tuple[str, str, int], PendingReason | None] = {}
+        self._cache: dict[tuple[str, str, int, tuple[int, ...] | None], PendingReason | None] = {}
+        # Per instance type that counts other resources, each team's limits of them.
+        self._res_limits: dict[str, dict[str, TeamRes]] = {}
 
-    def judge(self, team: str, instance_type: str, gpus: int) -> PendingReason | None:
-        key = (team, instance_type, gpus)
+    def judge(
+        self, team: str, instance_type: str, gpus: int, res: tuple[int, ...] | None = None
+    ) -> PendingReason | None:
+        """``never_fit_reason`` of a job of the team, type and GPUs; ``res``: what it asks of
+        the type's other resources (docs/resources.md 4), on a type that counts them."""
+        key = (team, instance_type, gpus, res)
         if key in self._cache:
             return self._cache[key]
         if team not in self._teams:
             raise ValueError(f"job.team: unknown team {team!r}")
         if instance_type not in self._types:
             raise ValueError(f"job.instance_type: unknown instance type {instance_type!r}")
-        if gpus <= 0:
+        if gpus < 0 or (gpus == 0 and not res):
             raise ValueError(f"job.gpus: must be above 0, got {gpus!r}")
         gpus_per_node = self._types[instance_type].gpus_per_node
         figures = self._figures.get(instance_type)
@@ -1098,8 +1522,48 @@ class NeverFitJudge:
             biggest=figures[1],
             whole=figures[2],
         )
+        if result is None and res:
+            result = self._res_never(team, self._types[instance_type], gpus, res)
         self._cache[key] = result
         return result
+
+    def _res_never(
+        self, team: str, it: InstanceType, gpus: int, res: tuple[int, ...]
+    ) -> PendingReason | None:
+        """docs/resources.md 3 and 4: ``exceeds-max`` when a resource other than GPUs can never
+        fit: more than its nodes have, than the team may use, or than it can ever reach."""
+        per_node = type_resources(it)
+        names = tuple(n for n in per_node if n != GPUS)
+        nodes = len(self._node_gpus.get(it.name, []))
+        per = -(-gpus // it.gpus_per_node) if gpus > it.gpus_per_node else 1
+        others = self._res_limits.get(it.name)
+        if others is None:
+            others = self._res_limits[it.name] = {t.name: TeamRes(t, it, names) for t in self._snapshot.teams}
+        mine = others[team]
+        for k, amount in enumerate(res):
+            name = names[k]
+            if not amount:
+                continue
+            asked = f"{amount_text(name, amount)} of {it.name} asked"
+            most = per * per_node[name]
+            if amount > most:
+                where = "a node has" if per == 1 else f"{per} nodes have"
+                return PendingReason(PendingCode.EXCEEDS_MAX, f"{asked}; {where} {amount_text(name, most)}")
+            max_use = mine.max_use[k]
+            if max_use is not None and amount > max_use:
+                return PendingReason(
+                    PendingCode.EXCEEDS_MAX, f"{asked}; {team} may use at most {amount_text(name, max_use)}"
+                )
+            quota_sum = sum(t.quota[k] for t in others.values())
+            free = (
+                max(0, per_node[name] * nodes - quota_sum) if self._snapshot.policy.share_unallocated else 0
+            )
+            reach = mine.kept[k] + sum(t.lendable[k] for t in others.values()) + free
+            if amount > reach:
+                return PendingReason(
+                    PendingCode.EXCEEDS_MAX, f"{asked}; {team} can reach at most {amount_text(name, reach)}"
+                )
+        return None
 
 
 def never_fits(snapshot: Snapshot, job: Job) -> PendingReason | None:

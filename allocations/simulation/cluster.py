@@ -176,17 +176,6 @@ def read_cluster(r: Reader, raw: object) -> tuple[tuple[InstanceType, ...], tupl
     return types, tuple(nodes)
 
 
-def engine_refuses(types: Sequence[InstanceType]) -> list[str]:
-    """Why the engine cannot run a scenario of these instance types: it decides on GPUs alone
-    for now and refuses a resource it would leave out of every plan (docs/resources.md 9)."""
-    return [
-        f"cluster: instance type {show(it.name)} declares {', '.join(list(type_resources(it))[1:])}; "
-        "the engine decides on GPUs alone (docs/resources.md 9)"
-        for it in types
-        if len(type_resources(it)) > 1
-    ]
-
-
 # --------------------------------------------------------------------------------------------
 # Settings of one value each, read alike in the policy and the teams
 

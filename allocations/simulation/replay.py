@@ -44,7 +44,6 @@ from allocations.engine.snapshot import (
     Team,
 )
 
-from .cluster import engine_refuses
 from .result import ClusterResult, JobResult, PreemptionRecord, Result, TeamResult, percentile
 from .scenario import Cancel, NodeDown, NodeUp, Scenario, ScenarioError, ScenarioJob, UpdatePolicy, UpdateTeam
 
@@ -1181,8 +1180,6 @@ def replay(
     progress: Progress | None = None,
 ) -> Result:
     """Replay ``scenario`` through ``allocate`` (the engine's by default) and report."""
-    if allocate is None and (refused := engine_refuses(scenario.instance_types)):
-        raise ScenarioError(refused)
     # Built and run in one pause of the cyclic collector (``Replay.run`` says why), so that
     # the records made before the run are walked once when it ends, not once more between.
     with gc_paused():

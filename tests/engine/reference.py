@@ -37,7 +37,14 @@ from allocations.engine.snapshot import (
     Snapshot,
     Start,
 )
-from allocations.engine.state import CycleState, JobRecord, NeverFitJudge, TeamState, inactive_reason
+from allocations.engine.state import (
+    CycleState,
+    JobRecord,
+    NeverFitJudge,
+    TeamState,
+    inactive_reason,
+    job_borrows,
+)
 
 QueueEntry = tuple[tuple[int, float, int, str], JobRecord]
 
@@ -87,7 +94,7 @@ class _Cycle:
             return
         rec = queue[0][1]
         tt = rec.tt
-        borrows = 1 if tt.usage + rec.gpus > tt.quota else 0
+        borrows = 1 if job_borrows(tt, rec.gpus, rec.res) else 0
         rank: tuple[Any, ...] = (borrows,)
         if self.fair_share:
             rank += self.state.share_with(rec)
@@ -99,7 +106,7 @@ class _Cycle:
         """Start, preempt for, or leave pending one head; returns the teams whose rank changed."""
         state = self.state
         job = rec.job
-        unfit = self.judge.judge(job.team, job.instance_type, rec.gpus)
+        unfit = self.judge.judge(job.team, job.instance_type, rec.gpus, rec.res)
         if unfit is not None:
             self.pending[job.id] = unfit
             return set()
@@ -169,7 +176,7 @@ class _Cycle:
             name = team_list[index].team.name
             for _, rec in self.queues[index]:
                 job = rec.job
-                unfit = self.judge.judge(job.team, job.instance_type, rec.gpus)
+                unfit = self.judge.judge(job.team, job.instance_type, rec.gpus, rec.res)
                 self.pending[job.id] = unfit or PendingReason(
                     PendingCode.BLOCKED_BY_FIFO,
                     f"strict FIFO: {name}'s job {head} does not fit and blocks the jobs behind it",

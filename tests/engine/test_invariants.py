@@ -42,8 +42,9 @@ from allocations.engine import (
     allocate,
     job_priority,
 )
+from allocations.engine.resources import job_resources, max_use_resources, quota_resources, type_resources
 
-from .test_shortcuts import busy_cluster
+from .test_shortcuts import busy_cluster, resource_cluster
 
 CLASSES = (PriorityClass("low", 10), PriorityClass("mid", 20), PriorityClass("high", 30))
 
@@ -464,3 +465,92 @@ def test_busy_clusters_preempt_jobs_started_at_the_same_instant() -> None:
             _, of_started = settle_at(busy_cluster(random.Random(seed), policy), 0.0)
             taken += of_started
         assert taken >= 10, (idle, taken)
+
+
+# -- POLICY.md 6's invariants 1 to 3 per resource (docs/resources.md 4) -----------------------
+def _res_books(snap: Snapshot) -> tuple[dict[tuple[str, str], dict[str, int]], dict[str, dict[str, int]]]:
+    """Per (team, instance type) and per node, what running jobs use of each resource, read
+    plainly from the jobs (docs/resources.md 3: whole-node jobs spread evenly)."""
+    types = {it.name: it for it in snap.instance_types}
+    usage: dict[tuple[str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    nodes: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for job in snap.jobs:
+        if not job.running:
+            continue
+        asked = job_resources(types[job.instance_type], job)
+        for name, amount in asked.items():
+            usage[job.team, job.instance_type][name] += amount
+        n = len(job.nodes)
+        for i, (node, gpus) in enumerate(job.nodes):
+            for name, amount in asked.items():
+                nodes[node][name] += gpus if name == "gpus" else amount // n + (1 if i < amount % n else 0)
+    return usage, nodes
+
+
+def check_resources(plan: Plan, after: Snapshot) -> None:
+    """Invariants 1 to 3 of POLICY.md 6 for every resource: no node holds more of one than it
+    has; a team that started a job asking a resource on a type is within its ``max_use`` of it
+    there (its quota when it may not borrow); and where it uses more than its kept part of it,
+    the pool of that resource is not overdrawn. (GPUs: POLICY.md's own tests above.)"""
+    types = {it.name: it for it in after.instance_types}
+    teams = {t.name: t for t in after.teams}
+    usage, nodes = _res_books(after)
+    for node in after.nodes:
+        have = type_resources(types[node.instance_type])
+        for name, used in nodes[node.name].items():
+            assert used <= have[name], f"node {node.name}: {used} {name} of {have[name]}"
+    jobs = {j.id: j for j in after.jobs}
+    asked: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for start in plan.starts:
+        job = jobs[start.job_id]
+        wanted = job_resources(types[job.instance_type], job)
+        asked[job.team, job.instance_type].update(n for n, a in wanted.items() if a and n != "gpus")
+    for (team_name, it_name), names in asked.items():
+        it, team = types[it_name], teams[team_name]
+        q = team.quotas.get(it_name, Quota())
+        quotas = quota_resources(it, q)
+        maxes = max_use_resources(it, q)
+        for name in names:
+            used = usage[team_name, it_name][name]
+            cap = maxes[name] if team.sharing == Sharing.LEND_AND_BORROW else quotas[name]
+            assert cap is None or used <= cap, f"{team_name} {it_name}: {used} {name} > {cap}"
+            # Every resource but GPUs lends its whole quota, none under dont-lend (section 2).
+            kept = quotas[name] if team.sharing == Sharing.DONT_LEND else 0
+            if used > kept:
+                pool = 0
+                pool_used = 0
+                quota_sum = 0
+                for other in after.teams:
+                    oq = quota_resources(it, other.quotas.get(it_name, Quota()))[name]
+                    quota_sum += oq
+                    o_kept = oq if other.sharing == Sharing.DONT_LEND else 0
+                    pool += oq - o_kept
+                    pool_used += max(0, usage[other.name, it_name][name] - o_kept)
+                if after.policy.share_unallocated:
+                    ready = sum(1 for n in after.nodes if n.instance_type == it_name and n.ready)
+                    pool += max(0, ready * type_resources(it)[name] - quota_sum)
+                assert pool_used <= pool, (
+                    f"{team_name} started on {it_name}: {name} pool {pool_used} > {pool}"
+                )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), idle=st.sampled_from(list(IdleAllocation)))
+def test_section_6_invariants_hold_per_resource(seed: int, idle: IdleAllocation) -> None:
+    """docs/resources.md 4: POLICY.md 6's invariants 1 to 3 for vCPU, memory and partitions,
+    after every cycle of random clusters run to rest, with random finishes in between."""
+    rng = random.Random(seed)
+    snap = resource_cluster(rng, ClusterPolicy(idle, priority_classes=CLASSES))
+    for now in (0.0, 0.0, 0.0, 5.0, 5.0, 9.0):
+        plan = allocate(snap, now)
+        jobs = {j.id: j for j in snap.jobs}
+        for p in plan.preemptions:
+            jobs[p.job_id] = dataclasses.replace(jobs[p.job_id], nodes=(), started_at=None)
+        for s in plan.starts:
+            jobs[s.job_id] = dataclasses.replace(jobs[s.job_id], nodes=s.nodes, started_at=now)
+        after = dataclasses.replace(snap, jobs=tuple(jobs.values()))
+        check_resources(plan, after)
+        # Some running jobs finish before the next cycle.
+        snap = dataclasses.replace(
+            after, jobs=tuple(j for j in after.jobs if not (j.running and rng.random() < 0.1))
+        )

@@ -1,10 +1,11 @@
 """docs/resources.md: what an instance type's node has, the quotas the ratio rule resolves
-(section 2), what a job asks (section 3), and the cycle refusing resources it does not decide
-on yet (section 9)."""
+(section 2), what a job asks (section 3), and the cycle's fit, placement and reasons per
+resource (sections 4 and 7)."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -152,22 +153,163 @@ def test_s3_job_leaves_out_its_node_share() -> None:
     assert job_resources(GPU_ONLY, _job(3)) == {"gpus": 3}
 
 
-def _snapshot(it: InstanceType) -> Snapshot:
+def _snapshot(it: InstanceType, job: Job | None = None) -> Snapshot:
     return Snapshot(
         instance_types=(it,),
         nodes=(Node("n1", it.name, it.gpus_per_node),),
         teams=(Team("a", {it.name: Quota(quota=it.gpus_per_node)}),),
         policy=ClusterPolicy(),
-        jobs=(Job("j1", "a", it.name, 1, 0.0),),
+        jobs=(job or Job("j1", "a", it.name, 1, 0.0),),
     )
 
 
-def test_s9_cycle_refuses_resources_it_would_ignore() -> None:
-    """docs/resources.md 9: the cycle decides on GPUs alone, and says so rather than leaving a
-    declared resource out of the plan."""
-    with pytest.raises(ValueError, match=r"instance_types\[0\]\.vcpus_per_node: .*got 192"):
-        allocate(_snapshot(P5), 0.0)
-    with pytest.raises(ValueError, match=r"instance_types\[0\]\.partitions_per_node: .*mig-1g\.5gb"):
-        allocate(_snapshot(InstanceType("t", 6, partitions_per_node=(("mig-1g.5gb", 14),))), 0.0)
+def _cluster(it: InstanceType, jobs: list[Job], nodes: int = 1, **team: object) -> Snapshot:
+    return Snapshot(
+        instance_types=(it,),
+        nodes=tuple(Node(f"n{k}", it.name, it.gpus_per_node) for k in range(1, nodes + 1)),
+        teams=(Team("a", {it.name: Quota(quota=it.gpus_per_node * nodes)}, **team),),  # type: ignore[arg-type]
+        policy=ClusterPolicy(),
+        jobs=tuple(jobs),
+    )
+
+
+def _run(job_id: str, node: str, gpus: int, **kwargs: object) -> Job:
+    return Job(job_id, "a", "ml.p5.48xlarge", gpus, -10.0, nodes=((node, gpus),), started_at=-10.0, **kwargs)  # type: ignore[arg-type]
+
+
+def test_s4_a_job_short_of_memory_waits_and_its_reason_names_memory() -> None:
+    """docs/resources.md 4 and 7: GPUs to spare, but the memory quota is used up: the job left
+    to its node share of memory (2 of 8 GPUs: 512 GiB) waits, naming memory and its figures; a
+    job asking less memory starts."""
+    from allocations.engine import Sharing
+
+    jobs = [
+        _run("r1", "n1", 2, memory_gib=1900),
+        Job("j1", "a", P5.name, 2, 0.0, seq=1),
+        Job("j2", "a", P5.name, 2, 0.0, seq=2, memory_gib=100),
+    ]
+    plan = allocate(_cluster(P5, jobs, sharing=Sharing.LEND), 0.0)
+    assert [s.job_id for s in plan.starts] == ["j2"]
+    why = plan.pending["j1"]
+    assert why.code == "waiting-for-quota"
+    assert why.message == (
+        "a uses 1,900 of its 2,048 GiB memory quota on ml.p5.48xlarge and may not borrow; "
+        "512 GiB memory more requested"
+    )
+
+
+def test_s4_best_fit_needs_room_for_every_resource_on_one_node() -> None:
+    """docs/resources.md 4: n1 is the fuller node by GPUs but has 48 GiB memory free; a job of
+    1 GPU (256 GiB by the ratio) goes to n2. GPUs alone would have put it on n1."""
+    jobs = [_run("r1", "n1", 2, memory_gib=2000), Job("j1", "a", P5.name, 1, 0.0)]
+    plan = allocate(_cluster(P5, jobs, nodes=2), 0.0)
+    assert [(s.job_id, s.nodes) for s in plan.starts] == [("j1", (("n2", 1),))]
+    gpus_only = replace(P5, vcpus_per_node=0, memory_gib_per_node=0)
+    jobs_gpus = [replace(j, instance_type=gpus_only.name, memory_gib=None) for j in jobs]
+    plan = allocate(_cluster(gpus_only, jobs_gpus, nodes=2), 0.0)
+    assert [(s.job_id, s.nodes) for s in plan.starts] == [("j1", (("n1", 1),))]
+
+
+def test_s4_no_node_with_room_for_all_is_fragmented() -> None:
+    """docs/resources.md 4 and 7: the team's figures allow it, but no one node has the GPUs and
+    the memory at once."""
+    jobs = [
+        _run("r1", "n1", 7, memory_gib=1800),
+        _run("r2", "n2", 1, memory_gib=1800),
+        Job("j1", "a", P5.name, 1, 0.0, memory_gib=400),
+    ]
+    plan = allocate(_cluster(P5, jobs, nodes=2), 0.0)
+    assert plan.starts == ()
+    assert plan.pending["j1"].code == "fragmented"
+    assert plan.pending["j1"].message == (
+        "no ready ml.p5.48xlarge node has room for 1 GPU, 24 vCPU, 400 GiB memory at once"
+    )
+
+
+def test_s3_partition_jobs_of_no_whole_gpu_start_and_count() -> None:
+    """docs/resources.md 1 and 3: a job of partitions alone (0 GPUs) starts on a node with that
+    many free; its partitions count against the quota (one instance: 14), so a second job of
+    partitions beyond them waits; more than a node has can never fit."""
+    it = P4D
+    jobs = [
+        Job("j1", "a", it.name, 0, 0.0, seq=1, partitions=(("mig-1g.5gb", 10),)),
+        Job("j2", "a", it.name, 0, 0.0, seq=2, partitions=(("mig-1g.5gb", 5),)),
+        Job("j3", "a", it.name, 0, 0.0, seq=3, partitions=(("mig-1g.5gb", 15),)),
+        Job("j4", "a", it.name, 1, 0.0, seq=4, partitions=(("mig-1g.5gb", 4),)),
+    ]
+    snapshot = Snapshot(
+        instance_types=(it,),
+        nodes=(Node("n1", it.name, 6),),
+        teams=(Team("a", {it.name: Quota(quota=6, instances=1, borrow_limit_percent=0)}),),
+        policy=ClusterPolicy(),
+        jobs=tuple(jobs),
+    )
+    plan = allocate(snapshot, 0.0)
+    assert [(s.job_id, s.nodes) for s in plan.starts] == [("j1", (("n1", 0),)), ("j4", (("n1", 1),))]
+    assert plan.pending["j2"].code == "waiting-for-quota"
+    assert plan.pending["j2"].message == (
+        "a uses 10 of its 14 mig-1g.5gb quota on ml.p4d.24xlarge and may not borrow; 5 mig-1g.5gb more requested"
+    )
+    assert plan.pending["j3"].code == "exceeds-max"
+    assert plan.pending["j3"].message == "15 mig-1g.5gb of ml.p4d.24xlarge asked; a node has 14 mig-1g.5gb"
+
+
+def test_s1_a_resource_the_type_lacks_is_refused() -> None:
+    """docs/resources.md 1: partitions asked of a type without them are refused, naming the
+    field."""
+    with pytest.raises(ValueError, match=r"jobs\[0\]\.partitions: ml.g5.48xlarge has no partitions"):
+        allocate(
+            _snapshot(GPU_ONLY, Job("j1", "a", GPU_ONLY.name, 0, 0.0, partitions=(("mig-1g.5gb", 1),))), 0.0
+        )
+    with pytest.raises(ValueError, match=r"job.partitions: ml.p5.48xlarge has no partition 'mig-1g.5gb'"):
+        allocate(_snapshot(P5, Job("j1", "a", P5.name, 1, 0.0, partitions=(("mig-1g.5gb", 1),))), 0.0)
+
+
+def test_s9_gpu_only_types_keep_their_plan() -> None:
     plan = allocate(_snapshot(GPU_ONLY), 0.0)
     assert [s.job_id for s in plan.starts] == ["j1"]
+
+
+def test_s6_no_victim_is_taken_when_the_preemptor_would_still_lack_memory() -> None:
+    """docs/resources.md 6 and 9: a2 is within its GPU quota and reclaims GPUs from b, which
+    borrows them; but a2's 1,000 GiB would take a beyond its memory limit (1,024 + 50%) whatever
+    is preempted, so nobody is: a2 waits."""
+    teams = (
+        Team("a", {P5.name: Quota(quota=4)}),
+        Team("b", {P5.name: Quota(quota=4)}),
+    )
+    jobs = (
+        Job("b1", "b", P5.name, 6, -10.0, nodes=(("n1", 6),), started_at=-10.0, memory_gib=100),
+        Job("a1", "a", P5.name, 1, -10.0, nodes=(("n1", 1),), started_at=-10.0, memory_gib=1024),
+        Job("a2", "a", P5.name, 2, 0.0, memory_gib=1000),
+    )
+    snapshot = Snapshot((P5,), (Node("n1", P5.name, 8),), teams, ClusterPolicy(), jobs)
+    plan = allocate(snapshot, 0.0)
+    assert plan.preemptions == ()
+    assert plan.starts == ()
+    # Section 7: the first resource in section 1's order whose test fails, here GPUs.
+    assert plan.pending["a2"].code == "waiting-for-quota"
+    assert plan.pending["a2"].message.startswith("a uses 1 of its 4 GPU quota on ml.p5.48xlarge;")
+
+
+def test_s6_no_min_runtime_reason_when_the_protected_victim_would_not_do() -> None:
+    """docs/preemption.md 4 with docs/resources.md 6: b1 is protected by its minimum runtime,
+    but taking it would not let a2 start either (a2 would exceed its memory limit), so a2's
+    reason is not ``min-runtime``."""
+    teams = (
+        Team("a", {P5.name: Quota(quota=4)}),
+        Team("b", {P5.name: Quota(quota=4)}),
+    )
+    jobs = (
+        Job("b1", "b", P5.name, 6, -10.0, nodes=(("n1", 6),), started_at=-10.0, memory_gib=100),
+        Job("a1", "a", P5.name, 1, -10.0, nodes=(("n1", 1),), started_at=-10.0, memory_gib=1024),
+        Job("a2", "a", P5.name, 2, 0.0, memory_gib=1000),
+    )
+    policy = ClusterPolicy(min_runtime_s=100.0)
+    plan = allocate(Snapshot((P5,), (Node("n1", P5.name, 8),), teams, policy, jobs), 0.0)
+    assert plan.preemptions == ()
+    assert plan.pending["a2"].code == "waiting-for-quota"
+    # Asking 200 GiB, within its memory limit, it waits for b1's minimum runtime instead.
+    fits = replace(jobs[2], memory_gib=200)
+    plan = allocate(Snapshot((P5,), (Node("n1", P5.name, 8),), teams, policy, (*jobs[:2], fits)), 0.0)
+    assert plan.pending["a2"].code == "min-runtime"

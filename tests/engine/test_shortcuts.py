@@ -31,6 +31,7 @@ from allocations.engine import (
     Queueing,
     Quota,
     Reclaim,
+    Sharing,
     Snapshot,
     TaskRanking,
     Team,
@@ -410,3 +411,214 @@ def test_a_capped_teams_waiting_twins_are_decided_as_runs_each_held_to_the_limit
     assert len(singles) <= 2 and sum(len(ids) for ids, _ in runs) >= 58
     codes = {plan.pending[f"p{k}"].code.value for k in range(60)}
     assert codes == {"member-limit", "waiting-for-quota"}
+
+
+# docs/resources.md: instance types with vCPU, memory and partitions beside a GPU-only one.
+RES_TYPES = (
+    InstanceType("fat", 8, vcpus_per_node=96, memory_gib_per_node=1024, partitions_per_node=(("mig-1g", 7),)),
+    InstanceType("thin", 4, vcpus_per_node=32, memory_gib_per_node=256),
+    InstanceType("plain", 4),
+)
+
+
+def _res_quota(rng: random.Random, it: InstanceType, share: int) -> Quota:
+    """A quota in one of docs/resources.md 2's three forms, with its borrow limits."""
+    form = rng.choice(["gpus", "gpus", "resources", "instances"]) if it.vcpus_per_node else "gpus"
+    common = {
+        "lend_limit": rng.choice([None, None, 0, 2]),
+        "borrow_limit_percent": rng.choice([0, 50, 100, 300]),
+        "borrow_unlimited": rng.random() < 0.2,
+    }
+    if form == "instances":
+        n = rng.randint(0, 2)
+        return Quota(quota=n * it.gpus_per_node, instances=n, **common)  # type: ignore[arg-type]
+    if form == "resources":
+        given = {"memory_gib": rng.randrange(0, it.memory_gib_per_node * 2, 32)}
+        if rng.random() < 0.5:
+            given["vcpus"] = rng.randrange(0, it.vcpus_per_node * 2, 4)
+        if it.partitions_per_node:
+            given["mig-1g"] = rng.randint(0, 8)
+        limits = (("memory_gib", rng.choice([0, 128, 512])),) if rng.random() < 0.3 else ()
+        return Quota(quota=share, resources=tuple(sorted(given.items())), borrow_limits=limits, **common)  # type: ignore[arg-type]
+    return Quota(quota=share, **common)  # type: ignore[arg-type]
+
+
+def _res_ask(rng: random.Random, it: InstanceType, gpus: int) -> dict[str, object]:
+    """What a job asks beside its GPUs: often nothing (its node share), else its own amounts."""
+    ask: dict[str, object] = {}
+    if not it.vcpus_per_node:
+        return ask
+    if rng.random() < 0.4:
+        ask["memory_gib"] = rng.randrange(0, it.memory_gib_per_node + 1, 64) * max(
+            1, gpus // it.gpus_per_node
+        )
+    if rng.random() < 0.3:
+        ask["vcpus"] = rng.randrange(0, it.vcpus_per_node + 1, 8)
+    return ask
+
+
+def resource_cluster(rng: random.Random, policy: ClusterPolicy) -> Snapshot:
+    """``busy_cluster`` with the instance types of ``RES_TYPES``: quotas of the three forms,
+    jobs asking their node share or their own vCPU and memory, partition jobs of 0 GPUs, and
+    running jobs placed so that no node's resource is over-used."""
+    types = RES_TYPES
+    nodes = [
+        Node(f"{it.name}-{k:02d}", it.name, it.gpus_per_node, rng.random() > 0.05)
+        for it in types
+        for k in range(rng.randint(2, 6))
+    ]
+    n_teams = rng.randint(2, 5)
+    teams = []
+    for k in range(n_teams):
+        quotas = {}
+        for it in types:
+            capacity = it.gpus_per_node * sum(1 for n in nodes if n.instance_type == it.name)
+            quotas[it.name] = _res_quota(rng, it, int(capacity * rng.uniform(0.4, 1.1) / n_teams))
+        teams.append(
+            Team(
+                name=f"t{k}",
+                quotas=quotas,
+                fair_share_weight=rng.choice([0, 1, 1, 2]),
+                reclaim=rng.choice([Reclaim.ANY, Reclaim.ANY, Reclaim.LOWER_PRIORITY, Reclaim.NEVER]),
+                preempt_team_tasks=rng.choice(list(PreemptTeamTasks)),
+                sharing=rng.choice(
+                    [Sharing.LEND_AND_BORROW, Sharing.LEND_AND_BORROW, Sharing.LEND, Sharing.DONT_LEND]
+                ),
+            )
+        )
+    by_name = {it.name: it for it in types}
+    free = {n.name: list(_node_res(by_name[n.instance_type])) for n in nodes if n.ready}
+    jobs: list[Job] = []
+    for k in range(rng.randint(5, 60)):
+        it = rng.choice(types)
+        job = _res_job(rng, it, f"r{k}", k)
+        need = _asked(it, job)
+        fitting = [
+            n.name
+            for n in nodes
+            if n.name in free
+            and n.instance_type == it.name
+            and all(f >= a for f, a in zip(free[n.name], need, strict=True))
+        ]
+        if not fitting or job.gpus > it.gpus_per_node:
+            continue
+        name = min(fitting, key=lambda m: (free[m], m))
+        free[name] = [f - a for f, a in zip(free[name], need, strict=True)]
+        jobs.append(
+            replace(
+                job,
+                submit_time=-1000.0,
+                nodes=((name, job.gpus),),
+                started_at=float(-rng.randrange(500)),
+                preemptions=rng.choice([0, 0, 1]),
+                last_preempted_at=-0.5,
+            )
+        )
+    for k in range(rng.randint(10, 120)):
+        it = rng.choice(types)
+        job = _res_job(rng, it, f"p{k}", 1000 + k, big=True)
+        jobs.append(
+            replace(
+                job, team=rng.choice(teams).name, preemptions=rng.choice([0, 0, 0, 2]), last_preempted_at=-1.0
+            )
+        )
+    jobs = [replace(j, team=rng.choice(teams).name) if j.team == "" else j for j in jobs]
+    return Snapshot(types, tuple(nodes), tuple(teams), policy, tuple(jobs))
+
+
+def _node_res(it: InstanceType) -> tuple[int, ...]:
+    return (
+        it.gpus_per_node,
+        it.vcpus_per_node,
+        it.memory_gib_per_node,
+        *(c for _, c in it.partitions_per_node),
+    )
+
+
+def _asked(it: InstanceType, job: Job) -> tuple[int, ...]:
+    from allocations.engine.resources import job_resources
+
+    asked = job_resources(it, job)
+    return (
+        job.gpus,
+        asked.get("vcpus", 0),
+        asked.get("memory_gib", 0),
+        *(asked[p] for p, _ in it.partitions_per_node),
+    )
+
+
+def _res_job(rng: random.Random, it: InstanceType, job_id: str, seq: int, big: bool = False) -> Job:
+    sizes = [1, 1, 2, 4, it.gpus_per_node] + ([2 * it.gpus_per_node] if big else [])
+    gpus = rng.choice(sizes)
+    partitions: tuple[tuple[str, int], ...] = ()
+    if it.partitions_per_node and rng.random() < 0.3:
+        partitions = (("mig-1g", rng.randint(1, 4)),)
+        gpus = rng.choice([0, 0, 1])
+    return Job(
+        id=job_id,
+        team="",
+        instance_type=it.name,
+        gpus=gpus,
+        submit_time=float(rng.randrange(-50, 0)),
+        seq=seq,
+        priority_class=rng.choice([None, "low", "mid", "high"]),
+        partitions=partitions,
+        **_res_ask(rng, it, gpus),  # type: ignore[arg-type]
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    idle=st.sampled_from(list(IdleAllocation)),
+    ranking=st.sampled_from(list(TaskRanking)),
+    queueing=st.sampled_from(list(Queueing)),
+    share_unallocated=st.booleans(),
+)
+def test_resources_never_change_the_plan_of_the_reference(
+    seed: int, idle: IdleAllocation, ranking: TaskRanking, queueing: Queueing, share_unallocated: bool
+) -> None:
+    """docs/resources.md 4: on instance types that count vCPU, memory and partitions, the
+    batched cycle (twins split by what they ask) gives the reference's plan, reasons included."""
+    policy = ClusterPolicy(idle, ranking, share_unallocated, queueing, CLASSES)
+    snapshot = resource_cluster(random.Random(seed), policy)
+    assert allocate(snapshot, 0.0) == reference.allocate(snapshot, 0.0)
+
+
+def _node_use_within(snapshot: Snapshot) -> None:
+    """docs/resources.md 4, checked plainly: no node's GPUs, vCPU, memory or partitions are
+    used beyond what it has, each job of whole nodes counting its even share on each."""
+    by_name = {it.name: it for it in snapshot.instance_types}
+    use: dict[str, list[int]] = {}
+    for job in snapshot.jobs:
+        if not job.nodes:
+            continue
+        it = by_name[job.instance_type]
+        asked = _asked(it, job)
+        n = len(job.nodes)
+        for i, (name, gpus) in enumerate(job.nodes):
+            share = [gpus] + [a // n + (1 if i < a % n else 0) for a in asked[1:]]
+            row = use.setdefault(name, [0] * len(asked))
+            use[name] = [u + s for u, s in zip(row, share, strict=True)]
+    for node in snapshot.nodes:
+        if node.name in use:
+            assert all(
+                u <= c for u, c in zip(use[node.name], _node_res(by_name[node.instance_type]), strict=True)
+            )
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_session_on_resources_gives_the_plans_of_allocate(seed: int) -> None:
+    """A ``Session`` kept over cycles on instance types that count other resources gives
+    ``allocate``'s and the reference's plans, and no plan over-uses a node's resource."""
+    rng = random.Random(seed)
+    snapshot = resource_cluster(
+        rng, ClusterPolicy(rng.choice(list(IdleAllocation)), priority_classes=CLASSES)
+    )
+    _node_use_within(snapshot)
+    session = Session()
+    for serial, now in enumerate((0.0, 0.0, 0.0, 10.0, 10.0, 30.0), start=1):
+        plan = session(snapshot, now)
+        assert plan == allocate(snapshot, now) == reference.allocate(snapshot, now)
+        snapshot = _applied(snapshot, plan, now, serial)
+        _node_use_within(snapshot)

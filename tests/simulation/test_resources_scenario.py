@@ -175,11 +175,11 @@ def test_s8_update_team_reads_quotas_per_resource() -> None:
     }
 
 
-def test_s9_the_simulator_refuses_what_the_engine_does_not_decide() -> None:
-    with pytest.raises(
-        ScenarioError, match=r"declares vcpus, memory_gib, mig-1g\.5gb; the engine decides on GPUs"
-    ):
-        replay(parse_scenario(_data()))
+def test_s4_the_example_replays_with_every_resource_counted() -> None:
+    """docs/resources.md 4 and 8: the engine decides the example's resources: j1 (2 GPUs, 300
+    GiB) and j2 (3 partitions, 8 vCPU, no GPU) both run."""
+    result = replay(parse_scenario(_data()))
+    assert result.counts["running"] == 2
 
 
 TYPES = {
