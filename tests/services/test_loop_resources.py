@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from allocations.backends import BackendNode, NodeState, get_backend
-from allocations.models import InstanceType, SimulatedJob
+from allocations.models import InstanceType, Job, SimulatedJob, TeamQuota
 from allocations.services.loop import _spec, resource_mismatch
 from tests import factories as f
 
@@ -71,3 +71,34 @@ def test_the_simulated_backend_records_what_a_started_job_takes() -> None:
     job = f.make_job(team, it, 2, partitions={MIG: 1}, command="true")
     get_backend("simulated", {}).start(_spec(job), ((n1.name, 2),))
     assert SimulatedJob.objects.get().resources == {"vcpus": 32, "memory_gib": 384, MIG: 1}
+
+
+def test_a_cycle_places_by_every_resource_and_says_which_one_blocks() -> None:
+    """docs/resources.md 4 and 7, end to end: the loop's cycle on the simulated backend starts a
+    job of partitions and one asking much memory, and holds back a third whose ratio memory no
+    longer fits the team's memory quota, naming memory and its numbers."""
+    from allocations.services.loop import run_allocation_cycle
+
+    f.make_cluster()
+    it = p4d()
+    f.make_nodes(it, 1)
+    team = f.make_team("team-a")
+    TeamQuota.objects.create(team=team, instance_type=it, quota=6, partitions={MIG: 14})
+    slices = f.make_job(team, it, 0, partitions={MIG: 3}, command="true", requested_duration=600)
+    big = f.make_job(team, it, 2, memory_gib=1100, command="true", requested_duration=600)
+    ratio = f.make_job(team, it, 2, command="true", requested_duration=600)
+
+    run = run_allocation_cycle(trigger="test")
+    assert run is not None and run.ok, run and run.errors
+
+    states = {job.pk: job for job in Job.objects.all()}
+    assert states[slices.pk].state == "running" and states[big.pk].state == "running"
+    waiting = states[ratio.pk]
+    assert waiting.state == "pending"
+    assert (
+        "GiB memory" in waiting.pending_reason_message
+        and "384 GiB memory needed" in waiting.pending_reason_message
+    )
+    # What the simulated cluster runs holds the same: the partitions and the memory asked.
+    taken = {job.job_id: job.resources for job in SimulatedJob.objects.filter(state="running")}
+    assert len(taken) == 2, taken
