@@ -1493,7 +1493,7 @@ class NeverFitJudge:
             raise ValueError(f"job.team: unknown team {team!r}")
         if instance_type not in self._types:
             raise ValueError(f"job.instance_type: unknown instance type {instance_type!r}")
-        if gpus < 0 or (gpus == 0 and not res):
+        if gpus < 0 or (gpus == 0 and not any(res or ())):
             raise ValueError(f"job.gpus: must be above 0, got {gpus!r}")
         gpus_per_node = self._types[instance_type].gpus_per_node
         figures = self._figures.get(instance_type)
@@ -1573,9 +1573,16 @@ def never_fits(snapshot: Snapshot, job: Job) -> PendingReason | None:
     or ``kept + pool``, or what the nodes (ready or not) could ever hold; also when a job larger
     than one node is not a whole number of nodes (its own message, same code). None when it may
     fit some day. Raises ``ValueError`` naming the field for an unknown team or instance type,
-    or GPUs not above 0.
+    or GPUs not above 0 (0 with partitions asked). On an instance type that counts other
+    resources, also when one of them can never fit (docs/resources.md 3 and 4).
     """
-    return NeverFitJudge(snapshot).judge(job.team, job.instance_type, job.gpus)
+    if job.gpus == 0 and not job.partitions:  # it asks for GPUs, partitions, or both (section 3)
+        raise ValueError(f"job.gpus: must be above 0, got {job.gpus!r}")
+    res = None
+    it = next((t for t in snapshot.instance_types if t.name == job.instance_type), None)
+    if it is not None and not counts_gpus_only(it):
+        res = job_demand(it, tuple(n for n in type_resources(it) if n != GPUS), job)
+    return NeverFitJudge(snapshot).judge(job.team, job.instance_type, job.gpus, res)
 
 
 def _victim_key(rec: JobRecord) -> VictimKey:

@@ -313,3 +313,26 @@ def test_s6_no_min_runtime_reason_when_the_protected_victim_would_not_do() -> No
     fits = replace(jobs[2], memory_gib=200)
     plan = allocate(Snapshot((P5,), (Node("n1", P5.name, 8),), teams, policy, (*jobs[:2], fits)), 0.0)
     assert plan.pending["a2"].code == "min-runtime"
+
+
+def test_s3_never_fits_judges_every_resource_at_submission() -> None:
+    """docs/resources.md 3: a job asking more memory than a node has can never fit, and says
+    which resource; a job of partitions alone is judged on them."""
+    from allocations.engine import never_fits
+
+    snapshot = _snapshot(P5)
+    too_much = Job("j9", "a", P5.name, 1, 0.0, memory_gib=3000)
+    reason = never_fits(snapshot, too_much)
+    assert reason is not None and reason.code == "exceeds-max"
+    assert reason.message == "3,000 GiB memory of ml.p5.48xlarge asked; a node has 2,048 GiB memory"
+    assert never_fits(snapshot, replace(too_much, memory_gib=2000)) is None
+    parts = _snapshot(P4D)
+    job = Job("p", "a", P4D.name, 0, 0.0, partitions=(("mig-1g.5gb", 3),))
+    # A quota of GPUs alone gives no partitions (section 2): none may ever be used.
+    reason = never_fits(parts, job)
+    assert reason is not None
+    assert reason.message == "3 mig-1g.5gb of ml.p4d.24xlarge asked; a may use at most 0 mig-1g.5gb"
+    parts = replace(parts, teams=(Team("a", {P4D.name: Quota(quota=6, instances=1)}),))
+    assert never_fits(parts, job) is None
+    with pytest.raises(ValueError, match=r"job\.gpus: must be above 0"):
+        never_fits(parts, Job("p", "a", P4D.name, 0, 0.0))
