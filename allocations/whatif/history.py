@@ -80,6 +80,8 @@ def _duration(seconds: float, step: int) -> float:
     return round(seconds, DIGITS)
 
 
+# Long: the scenario's three parts (nodes, their events, jobs) in the order each needs the one
+# before, every part a few lines of one query and its loop.
 def build(start: datetime, end: datetime, *, step: int = 0) -> HistoryScenario:
     """The window [start, end) of the history as a scenario without its policy and teams.
 
@@ -88,8 +90,6 @@ def build(start: datetime, end: datetime, *, step: int = 0) -> HistoryScenario:
     few seconds) does, and a replay runs far fewer cycles; waits move by less than a step.
     The cycles run on that grid too (``options.cycle_interval``): a back-off retry waits for
     the next step, as the loop's next cycle."""
-    # Long: the scenario's three parts (nodes, their events, jobs) in the order each needs the
-    # one before, every part a few lines of one query and its loop.
     out = HistoryScenario(data={})
     horizon = _seconds(end, start)
 
