@@ -157,6 +157,14 @@ def test_a_draft_raising_a_memory_bound_teams_memory_quota_starts_more_of_its_jo
     assert len(changed) == 4 and all(job["change_s"] < 0 for job in changed)
     # The GPUs alone would not have held them back: the same GPU-hours either way.
     assert more["gpu_hours"] == pytest.approx(live["gpu_hours"])
+    # Beside GPU-hours, the hours of each resource the cluster counts: six 1-hour runs of 256 GiB
+    # and the ratio's 24 vCPU (1 of 8 GPUs of 192 vCPU, docs/resources.md section 3).
+    for figures in (live, more):
+        assert (figures["memory_gib_hours"], figures["vcpu_hours"]) == (6 * 256, 6 * 24)
+    admin = Client()
+    assert admin.login(username=personas.cluster_admin.username, password=PASSWORD)
+    page = admin.get(reverse("allocations:whatif_run", kwargs={"pk": done.pk})).content.decode()
+    assert "Memory GiB-hours used" in page and "1,536.0" in page and "vCPU-hours used" in page
 
 
 def quota_row(instance_type: InstanceType, **changes: str) -> dict[str, str]:
@@ -265,6 +273,11 @@ def test_a_draft_saved_before_the_resource_fields_loads_and_replays_as_gpus_alon
     parse_scenario(scenario_data(unpack(done.scenario), done.policies, f"draft-{draft.pk}"))
     by_key = {p["key"]: p for p in done.results["policies"]}
     assert by_key[f"draft-{draft.pk}"]["teams"] == by_key["live"]["teams"]
+
+    # A cluster of GPUs alone has no resource hours to show.
+    InstanceType.objects.update(vcpus_per_node=0, memory_gib_per_node=0)
+    gpus_only = run(personas, start, end, draft)
+    assert not {"vcpu_hours", "memory_gib_hours"} & gpus_only.results["policies"][0]["teams"]["team-a"].keys()
 
 
 def policy_fields_type(instance_type: InstanceType):
