@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import yaml
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -19,7 +20,7 @@ from allocations.services import policy as policy_services
 from allocations.simulation import parse_scenario
 from allocations.whatif import drafts as bodies
 from allocations.whatif import history, services
-from allocations.whatif.runs import execute, scenario_data, unpack
+from allocations.whatif.runs import execute, export_yaml, scenario_data, unpack
 from tests import factories as f
 from tests.conftest import PASSWORD
 
@@ -140,6 +141,9 @@ def test_a_live_quota_of_vcpu_and_partitions_replays(personas):
     assert team_a["borrow_limit"][TYPE]["memory_gib"] == 256
     for policy in done.results["policies"]:
         assert policy["job_counts"]["finished"] == 1
+    # The exported file (manage.py simulate) reads back with the same resources.
+    exported = parse_scenario(yaml.safe_load(export_yaml(done, "live")))
+    assert exported.instance_types[0].partitions_per_node == (("mig-1g.10gb", 7),)
 
 
 def test_a_draft_raising_a_memory_bound_teams_memory_quota_starts_more_of_its_jobs(personas):
