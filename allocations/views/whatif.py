@@ -284,7 +284,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
                     if (warning := figures.churn_warning(p["name"], p["cluster"])) is not None
                 ],
                 "team_rows": [
-                    (team, _rows(TEAM_FIGURES, [p["teams"].get(team, {}) for p in policies]))
+                    (team, _rows(_team_figures(policies), [p["teams"].get(team, {}) for p in policies]))
                     for team in sorted({t for p in policies for t in p["teams"]})
                 ],
                 "class_rows": [
@@ -369,6 +369,23 @@ TEAM_FIGURES = [
     ("lost_gpu_hours", "GPU-hours lost", _gpu_hours),
     ("cost", "Cost ($)", lambda v: f"{float(v or 0):,.2f}"),
 ]
+# docs/resources.md: beside GPU-hours, the vCPU-hours and memory GiB-hours used, shown only when
+# the run's cluster counts them (``figures.RESOURCE_HOURS``).
+RESOURCE_FIGURES = [
+    ("vcpu_hours", "vCPU-hours used", lambda v: f"{float(v or 0):,.1f}"),
+    ("memory_gib_hours", "Memory GiB-hours used", lambda v: f"{float(v or 0):,.1f}"),
+]
+
+
+def _team_figures(policies: list[dict[str, Any]]) -> list[tuple[str, str, Any]]:
+    """The per-team rows: GPU figures, and each resource's hours after GPU-hours used where a
+    replay counted them."""
+    keys = {key for p in policies for team in p["teams"].values() for key in team}
+    shown = [row for row in RESOURCE_FIGURES if row[0] in keys]
+    at = next(i for i, row in enumerate(TEAM_FIGURES) if row[0] == "gpu_hours") + 1
+    return [*TEAM_FIGURES[:at], *shown, *TEAM_FIGURES[at:]]
+
+
 CLASS_FIGURES = [
     ("starts", "Starts", lambda v: str(v or 0)),
     ("wait_mean_s", "Mean wait", _hours),

@@ -24,6 +24,7 @@ from typing import Any
 
 from allocations import policy_fields
 from allocations.choices import BorrowLimitKind
+from allocations.engine import InstanceType as EngineType
 from allocations.interop import policy as interop
 from allocations.models import ClusterPolicy, PriorityClass, Team
 from allocations.simulation.cluster import team_scenario
@@ -329,14 +330,21 @@ def scenario_policy(body: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def scenario_teams(
-    body: Mapping[str, Any], instance_types: Iterable[str], live: Mapping[str, Any] | None = None
+    body: Mapping[str, Any],
+    instance_types: Iterable[str] | Mapping[str, EngineType],
+    live: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The teams of a scenario: the body's, then any team of ``live`` that the body lacks (a
     team created after the draft was copied keeps its live settings, as applying would).
 
     Each is read as the loop's snapshot reads a team's rows (``policy_fields.engine_team``) and
-    written for the instance types ``instance_types`` (those with nodes)."""
-    types = list(instance_types)
+    written for the instance types ``instance_types`` (those with nodes): names, or the
+    engine's types by name, which writes each resource's borrow cap where a team's quotas
+    differ in their percentage (docs/resources.md 2; a draft without the resource fields
+    means GPUs alone, ``policy_fields.engine_quota``)."""
+    types: list[str] | Mapping[str, EngineType] = (
+        instance_types if isinstance(instance_types, Mapping) else list(instance_types)
+    )
     teams = list(body["teams"])
     names = {t["name"] for t in teams}
     teams += [t for t in (live or {}).get("teams", []) if t["name"] not in names]

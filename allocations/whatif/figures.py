@@ -22,7 +22,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from allocations.engine.snapshot import PendingCode, PendingReason, PendingReasons, Plan, Snapshot
+from allocations.engine import resources
+from allocations.engine.snapshot import Job, PendingCode, PendingReason, PendingReasons, Plan, Snapshot
 from allocations.simulation.result import JobResult, Result, percentile, to_json
 from allocations.simulation.scenario import Scenario
 
@@ -261,6 +262,40 @@ def _spread(series: list[float], start: float, stop: float, amount: float, bucke
         b += 1
 
 
+# docs/resources.md 1: the resources besides GPUs whose hours a team's figures add up, with their
+# keys there (only on a cluster where some instance type counts them).
+RESOURCE_HOURS = ((resources.VCPUS, "vcpu_hours"), (resources.MEMORY, "memory_gib_hours"))
+
+
+def resource_asks(scenario: Scenario) -> dict[str, dict[str, int]]:
+    """Per job, the vCPU and memory it holds while it runs (docs/resources.md 3: the ratio of
+    its GPUs where it left them out), by the engine's own rule; jobs of instance types that
+    count neither are left out."""
+    types = {t.name: t for t in scenario.instance_types}
+    out: dict[str, dict[str, int]] = {}
+    for job in scenario.jobs:
+        it = types.get(job.instance_type)
+        if it is None or not (it.vcpus_per_node or it.memory_gib_per_node):
+            continue
+        asks = resources.job_resources(
+            it,
+            Job(
+                id=job.id,
+                team=job.team,
+                instance_type=job.instance_type,
+                gpus=job.gpus,
+                submit_time=job.submit,
+                vcpus=job.vcpus,
+                memory_gib=job.memory_gib,
+                partitions=job.partitions,
+            ),
+        )
+        out[job.id] = {name: asks[name] for name, _ in RESOURCE_HOURS if name in asks}
+    return out
+
+
+# Long: one pass over the jobs feeds every figure (waits, runs, cost, series, resource hours);
+# split, each part would walk every job's runs again.
 def figures(
     result: Result, scenario: Scenario, prices: Mapping[str, float], recorder: ReasonRecorder | None = None
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -277,15 +312,21 @@ def figures(
     cost: dict[str, float] = defaultdict(float)
     gpu_hours_by_type: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     jobs: dict[str, dict[str, Any]] = {}
+    asks = resource_asks(scenario)
+    counted = {name for job_asks in asks.values() for name in job_asks}
+    resource_hours: dict[str, dict[str, float]] = defaultdict(lambda: dict.fromkeys(counted, 0.0))
     for job in result.jobs.values():
         times = job_times(job, running_since.get(job.id), end)
         team_waits[job.team].extend(times.waits)
         class_waits[job.priority or NO_CLASS].extend(times.waits)
+        held = asks.get(job.id, {})
         for a, b in times.runs:
             _spread(running, a, b, job.gpus, bucket)
             hours = job.gpus * (b - a) / 3600
             gpu_hours_by_type[job.team][job.instance_type] += hours
             cost[job.team] += hours * prices.get(job.instance_type, 0.0)
+            for name, amount in held.items():
+                resource_hours[job.team][name] += amount * (b - a) / 3600
         for a, b in times.queued:
             _spread(waiting, a, b, job.gpus, bucket)
         reason = None
@@ -310,6 +351,12 @@ def figures(
             "wait_mean_s": round(sum(waits) / len(waits), 3) if waits else 0,
             "cost": round(cost.get(name, 0.0), 2),
             "gpu_hours_by_type": {t: round(h, 6) for t, h in sorted(gpu_hours_by_type.get(name, {}).items())},
+            # Only where some instance type counts the resource: a GPU-only run shows none.
+            **{
+                key: round(resource_hours[name].get(resource, 0.0), 3)
+                for resource, key in RESOURCE_HOURS
+                if resource in counted
+            },
         }
     classes = {
         name: {

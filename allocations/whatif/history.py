@@ -2,10 +2,13 @@
 
 Time 0 is the window's start and the horizon its length. The scenario holds:
 
-* the cluster: today's nodes (a node's history is its audited state changes, below);
+* the cluster: today's nodes (a node's history is its audited state changes, below), each
+  with its instance type's vCPU, memory and GPU partitions where the type counts them
+  (docs/resources.md 1);
 * the jobs alive in the window, with the run time they really had: ``finished_at -
   started_at`` of their last run for finished and failed jobs, else the requested duration,
-  else none (runs to the end). A job running when the window opens is ``running_since`` its
+  else none (runs to the end), and the vCPU, memory and partitions they asked
+  (docs/resources.md 3: left out, the ratio of their GPUs). A job running when the window opens is ``running_since`` its
   last start; a job waiting then has a negative ``submit``. A cancelled job is cancelled at
   the time it really was (the user's decision does not depend on the policy). Rejected jobs
   never ran under any policy and are left out;
@@ -27,7 +30,7 @@ from typing import Any
 from django.db.models import Q
 
 from allocations.choices import JobState, NodeState
-from allocations.models import AuditEntry, Job, Node
+from allocations.models import AuditEntry, InstanceType, Job, Node
 from allocations.simulation.replay import initial_placement
 
 # Seconds in a scenario are kept to the millisecond: exact enough, and short in the YAML.
@@ -77,6 +80,8 @@ def _duration(seconds: float, step: int) -> float:
     return round(seconds, DIGITS)
 
 
+# Long: the scenario's three parts (nodes, their events, jobs) in the order each needs the one
+# before, every part a few lines of one query and its loop.
 def build(start: datetime, end: datetime, *, step: int = 0) -> HistoryScenario:
     """The window [start, end) of the history as a scenario without its policy and teams.
 
@@ -89,6 +94,10 @@ def build(start: datetime, end: datetime, *, step: int = 0) -> HistoryScenario:
     horizon = _seconds(end, start)
 
     # 1. Nodes: today's, grouped by instance type; a scenario needs one GPU count per type.
+    # Every node of a type has the type's other resources (docs/resources.md 1).
+    resources = {
+        row["name"]: _type_resources(row) for row in InstanceType.objects.values(*TYPE_RESOURCE_KEYS)
+    }
     nodes: list[dict[str, Any]] = []
     per_node: dict[str, int] = {}
     node_rows = list(
@@ -102,7 +111,14 @@ def build(start: datetime, end: datetime, *, step: int = 0) -> HistoryScenario:
         if per_node.setdefault(type_name, row["gpus"]) != row["gpus"]:
             out.skip("node with another GPU count than its type's first node", row["name"])
             continue
-        nodes.append({"name": row["name"], "instance_type": type_name, "gpus": row["gpus"]})
+        nodes.append(
+            {
+                "name": row["name"],
+                "instance_type": type_name,
+                "gpus": row["gpus"],
+                **resources.get(type_name, {}),
+            }
+        )
         kept[row["pk"]] = row
 
     # 2. Node states through the window, from the audit trail of node changes.
@@ -127,10 +143,13 @@ def build(start: datetime, end: datetime, *, step: int = 0) -> HistoryScenario:
             "finished_at",
             "requested_duration",
             "updated_at",
+            "vcpus",
+            "memory_gib",
+            "partitions",
         )
     )
     for row in rows.iterator(chunk_size=5000):
-        job = _job(row, start, per_node, out, step)
+        job = _job(row, start, per_node, out, step, resources)
         if job is None:
             continue
         jobs.append(job)
@@ -173,8 +192,62 @@ def _fit_running(nodes: list[dict[str, Any]], jobs: list[dict[str, Any]], out: H
             )
 
 
+TYPE_RESOURCE_KEYS = ("name", "vcpus_per_node", "memory_gib_per_node", "partitions_per_node")
+
+
+def _type_resources(row: dict[str, Any]) -> dict[str, Any]:
+    """An instance type's resources besides GPUs as a scenario node's keys (docs/resources.md 8),
+    those it does not count left out (a type of GPUs alone writes none)."""
+    out: dict[str, Any] = {}
+    if row["vcpus_per_node"]:
+        out["vcpus"] = row["vcpus_per_node"]
+    if row["memory_gib_per_node"]:
+        out["memory_gib"] = row["memory_gib_per_node"]
+    if row["partitions_per_node"]:
+        out["partitions"] = {str(k): int(v) for k, v in sorted(row["partitions_per_node"].items())}
+    return out
+
+
+def _job_resources(
+    row: dict[str, Any], job_id: str, node: dict[str, Any], gpus_per_node: int, out: HistoryScenario
+) -> dict[str, Any] | None:
+    """What a job asked besides GPUs as scenario keys (docs/resources.md 3), or None when its
+    instance type, as it is today, cannot give it (the scenario would refuse the job): a
+    resource the type no longer counts, or more than its nodes have."""
+    gpus = row["gpus"]
+    nodes = gpus // gpus_per_node if gpus > gpus_per_node else 1
+    asks: dict[str, Any] = {}
+    for key in ("vcpus", "memory_gib"):
+        amount = row[key]
+        if amount is None:
+            continue
+        if amount > nodes * node.get(key, 0):
+            out.skip(
+                f"asks more {key} than its instance type's nodes have today",
+                f"job {job_id} ({amount} {key} of {row['instance_type__name']})",
+            )
+            return None
+        asks[key] = amount
+    partitions = {str(k): int(v) for k, v in sorted((row["partitions"] or {}).items())}
+    if partitions:
+        have = node.get("partitions", {})
+        if nodes > 1 or any(count > have.get(profile, 0) for profile, count in partitions.items()):
+            out.skip(
+                "asks partitions its instance type's nodes do not have today",
+                f"job {job_id} ({partitions} of {row['instance_type__name']})",
+            )
+            return None
+        asks["partitions"] = partitions
+    return asks
+
+
 def _job(
-    row: dict[str, Any], start: datetime, per_node: dict[str, int], out: HistoryScenario, step: int
+    row: dict[str, Any],
+    start: datetime,
+    per_node: dict[str, int],
+    out: HistoryScenario,
+    step: int,
+    resources: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
     """One Job row as a scenario job, or None: when it cannot be replayed (counted in
     ``skipped``), or when, on the window's grid, it ended as the window opened."""
@@ -186,6 +259,9 @@ def _job(
     gpus = row["gpus"]
     if gpus > per_node[type_name] and gpus % per_node[type_name]:
         out.skip("larger than a node but not whole nodes", f"job {job_id} ({gpus} GPUs)")
+        return None
+    asks = _job_resources(row, job_id, (resources or {}).get(type_name, {}), per_node[type_name], out)
+    if asks is None:
         return None
     started, finished = row["started_at"], row["finished_at"]
     duration: float | None = None
@@ -200,6 +276,7 @@ def _job(
         "gpus": gpus,
         "submit": _seconds(row["submitted_at"], start, step),
         "duration": duration,
+        **asks,
     }
     if row["priority_class__name"]:
         job["priority"] = row["priority_class__name"]

@@ -19,6 +19,7 @@ from typing import Any
 
 from django.conf import settings
 
+from allocations import engine
 from allocations.models import InstanceType, WhatIfRun, WhatIfRunState
 from allocations.simulation import ScenarioError, SimulationError, parse_scenario
 from allocations.simulation.replay import Replay
@@ -43,6 +44,24 @@ def unpack(blob: bytes | memoryview) -> dict[str, Any]:
     return json.loads(gzip.decompress(bytes(blob)))
 
 
+def instance_types(history_data: Mapping[str, Any]) -> dict[str, engine.InstanceType]:
+    """The window's instance types by name, as its nodes give them (their first node's), so
+    the teams' quotas are written for the resources the replay counts (docs/resources.md 2)."""
+    types: dict[str, engine.InstanceType] = {}
+    for node in history_data["cluster"]["nodes"]:
+        types.setdefault(
+            node["instance_type"],
+            engine.InstanceType(
+                name=node["instance_type"],
+                gpus_per_node=node["gpus"],
+                vcpus_per_node=node.get("vcpus", 0),
+                memory_gib_per_node=node.get("memory_gib", 0),
+                partitions_per_node=tuple(sorted(node.get("partitions", {}).items())),
+            ),
+        )
+    return dict(sorted(types.items()))
+
+
 def scenario_data(
     history_data: Mapping[str, Any], policies: list[dict[str, Any]], key: str
 ) -> dict[str, Any]:
@@ -52,7 +71,7 @@ def scenario_data(
     entry = next(p for p in policies if p["key"] == key)
     body = entry["body"]
     live = policies[0]["body"]
-    types = sorted({node["instance_type"] for node in history_data["cluster"]["nodes"]})
+    types = instance_types(history_data)
     classes = {pc["name"] for pc in body["priority_classes"]}
     jobs = []
     for job in history_data["jobs"]:
