@@ -467,6 +467,74 @@ class Trial:
         )
 
 
+class ResTrial(Trial):
+    """A ``Trial`` that also counts, per team, what it borrows of each resource other than GPUs,
+    for the dominant share (docs/resources.md 5): used when some instance type counts them, so
+    that a GPU-only cluster's searches pay nothing for it."""
+
+    __slots__ = ("res_borrowed", "res_usage")
+
+    def __init__(self, state: CycleState, rec: JobRecord) -> None:
+        super().__init__(state, rec)
+        self.res_usage: dict[TeamType, list[int]] = {}
+        self.res_borrowed: dict[TeamState, list[int]] = {}
+
+    def res_usage_of(self, tt: TeamType) -> list[int]:
+        tr = tt.res
+        return self.res_usage.get(tt, tr.usage) if tr is not None else []
+
+    def res_borrowed_of(self, team: TeamState) -> list[int]:
+        return self.res_borrowed.get(team, team.res_borrowed)
+
+    def take(self, cand: JobRecord) -> None:
+        super().take(cand)
+        asked, tt = cand.res, cand.tt
+        tr = tt.res
+        if asked is None or tr is None:
+            return
+        usage = list(self.res_usage_of(tt))
+        borrowed = list(self.res_borrowed_of(cand.team))
+        for k, a in enumerate(asked):
+            if a:
+                old, quota = usage[k], tr.quota[k]
+                borrowed[tr.dom[k]] += max(0, old - a - quota) - max(0, old - quota)
+                usage[k] = old - a
+        self.res_usage[tt] = usage
+        self.res_borrowed[cand.team] = borrowed
+
+    def share(self, team: TeamState) -> ShareKey:
+        return self.state.dominant_share(team, self.borrowed_of(team), self.res_borrowed_of(team))
+
+    def share_with(self) -> ShareKey:
+        rec = self.rec
+        tt, team = rec.tt, rec.team
+        return self.state.share_adding(
+            team,
+            self.borrowed_of(team),
+            self.res_borrowed_of(team),
+            tt,
+            self.usage_of(tt),
+            self.res_usage_of(tt),
+            rec.gpus,
+            rec.res,
+        )
+
+    def share_taking(self, cand: JobRecord) -> ShareKey:
+        """The share of ``cand``'s team once ``cand`` is taken too."""
+        tt, team = cand.tt, cand.team
+        less = None if cand.res is None else tuple(-a for a in cand.res)
+        return self.state.share_adding(
+            team,
+            self.borrowed_of(team),
+            self.res_borrowed_of(team),
+            tt,
+            self.usage_of(tt),
+            self.res_usage_of(tt),
+            -cand.gpus,
+            less,
+        )
+
+
 def _unused_lendable(tt: TeamType, usage: int) -> int:
     return tt.lendable - min(tt.lendable, max(0, usage - tt.kept))
 
@@ -714,7 +782,10 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Search:
     if own:
         lists[own_team.index] = (own_team, own)
     cursor = dict.fromkeys(lists, 0)
-    trial = Trial(state, rec)
+    # docs/resources.md 5: with other resources, shares are dominant ones and rule A tests each
+    # victim's team's share after it directly (no room in GPUs).
+    res_trial = ResTrial(state, rec) if state.resources else None
+    trial = Trial(state, rec) if res_trial is None else res_trial
 
     def entry(team: TeamState) -> tuple[int, int, int, VictimKey, int]:
         # Highest share first; on equal shares another team before the preemptor's own; then
@@ -747,13 +818,25 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Search:
         # team's share; a victim of g GPUs lowers its team's borrowed GPUs by min(g, borrowed
         # here), so the acceptable victims are those lowering it by at most ``room``.
         ctt = team.per_type[it]
-        room = (1 << 62) if within else _rule_a_room(state, trial.borrowed_of(team), team, trial.share_with())
+        if res_trial is None:
+            room = (
+                (1 << 62)
+                if within
+                else _rule_a_room(state, trial.borrowed_of(team), team, trial.share_with())
+            )
+        else:
+            room = 1 << 62
+            mine_now = res_trial.share_with()
         borrowed_here = trial.usage_of(ctt) - ctt.quota
         first_rejected: JobRecord | None = None
         while cursor[idx] < len(cands):
             cand = cands[cursor[idx]]
             cursor[idx] += 1
-            if min(cand.gpus, borrowed_here) > room:
+            if min(cand.gpus, borrowed_here) > room or (
+                res_trial is not None
+                and not within
+                and not share_at_least(res_trial.share_taking(cand), mine_now)
+            ):
                 if first_rejected is None:
                     first_rejected = cand
                 continue
@@ -799,9 +882,10 @@ def find_victims(state: CycleState, rec: JobRecord) -> Search:
     meanwhile). Only then: a set of jobs all running before the cycle is taken at once, so a
     job within its team's quota still starts in its cycle (6.4) unless section 4's order itself
     would take a job started in it."""
-    if rec.res is not None:
+    if rec.res is not None or state.resources:
         # The bounds before a search count GPUs, and a job of partitions alone has none: on a
-        # type that counts other resources every search is made in full.
+        # type that counts other resources every search is made in full, and so is every
+        # search of a cluster with such a type (its shares are dominant ones, section 5).
         shortcuts = state.shortcuts
         state.shortcuts = False
         try:
@@ -887,7 +971,7 @@ def min_runtime_reason(state: CycleState, rec: JobRecord) -> PendingReason | Non
     ts.version += 1
     state.share_version += 1
     shortcuts = state.shortcuts
-    if rec.res is not None:
+    if rec.res is not None or state.resources:
         state.shortcuts = False  # as in ``find_victims``
     try:
         victims = _fair_share(state, rec).victims if state.fair_share else _first_come_first_serve(state, rec)

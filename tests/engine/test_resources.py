@@ -336,3 +336,46 @@ def test_s3_never_fits_judges_every_resource_at_submission() -> None:
     assert never_fits(parts, job) is None
     with pytest.raises(ValueError, match=r"job\.gpus: must be above 0"):
         never_fits(parts, Job("p", "a", P4D.name, 0, 0.0))
+
+
+def _dominant_cluster() -> Snapshot:
+    """a borrows 4 of the 16 GPUs of the pool and no memory; b borrows 3 GPUs but 1,744 of the
+    4,096 GiB memory pool (its quota names 256 GiB). One GPU is free, on n2."""
+    from allocations.engine import IdleAllocation
+
+    teams = (
+        Team("a", {P5.name: Quota(quota=4, borrow_unlimited=True)}),
+        Team("b", {P5.name: Quota(quota=4, resources=(("memory_gib", 256),), borrow_unlimited=True)}),
+    )
+    jobs = (
+        Job("a1", "a", P5.name, 8, -10.0, nodes=(("n1", 8),), started_at=-10.0, memory_gib=100),
+        Job("b1", "b", P5.name, 7, -10.0, nodes=(("n2", 7),), started_at=-10.0, memory_gib=2000),
+        Job("a2", "a", P5.name, 1, 0.0, seq=1, memory_gib=10),
+        Job("b2", "b", P5.name, 1, 0.0, seq=2, memory_gib=10),
+    )
+    nodes = (Node("n1", P5.name, 8), Node("n2", P5.name, 8))
+    return Snapshot((P5,), nodes, teams, ClusterPolicy(idle_allocation=IdleAllocation.FAIR_SHARE), jobs)
+
+
+def test_s5_fair_share_ranks_by_the_dominant_resource() -> None:
+    """docs/resources.md 5: once its job runs, a's share is 5 of 16 GPUs (0.31) and b's is
+    1,754 of 4,096 GiB memory (0.43), its dominant resource; by GPUs alone b's would be 4 of 16
+    (0.25). The lower share goes first: a2 takes the free GPU, and b2 may not take it back
+    (rules A and B need b's share below a's)."""
+    plan = allocate(_dominant_cluster(), 0.0)
+    assert [s.job_id for s in plan.starts] == ["a2"]
+    assert plan.preemptions == ()
+    assert plan.pending["b2"].code != "exceeds-max"
+
+
+def test_s5_dominant_share_of_gpus_alone_is_policy_share() -> None:
+    """docs/resources.md 5: on a type that counts GPUs alone the same cluster ranks by borrowed
+    GPUs, as POLICY.md 3.2 does: b (3 borrowed) is below a (4), and b2 starts."""
+    gpus_only = replace(P5, vcpus_per_node=0, memory_gib_per_node=0)
+    snap = _dominant_cluster()
+    teams = tuple(
+        replace(t, quotas={gpus_only.name: Quota(quota=4, borrow_unlimited=True)}) for t in snap.teams
+    )
+    jobs = tuple(replace(j, memory_gib=None) for j in snap.jobs)
+    plan = allocate(replace(snap, instance_types=(gpus_only,), teams=teams, jobs=jobs), 0.0)
+    assert [s.job_id for s in plan.starts] == ["b2"]
