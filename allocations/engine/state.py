@@ -952,34 +952,55 @@ class CycleState:
         ``TypeRes.names``), in section 1's order, whose figures fail section 2's first three
         conditions, and which (0: the team's limit, 1: the pool, 2: the ready capacity); None
         when every one holds."""
+        failures = self.res_failures(tt, ts, g, asked, within_quota, every=False)
+        return failures[0] if failures else None
+
+    def res_failures(
+        self,
+        tt: TeamType,
+        ts: TypeState,
+        g: int,
+        asked: tuple[int, ...],
+        within_quota: bool = False,
+        every: bool = True,
+    ) -> list[tuple[int, int]]:
+        """``res_failure`` of each resource that fails (of the first alone unless ``every``),
+        in section 1's order (docs/resources.md 6: what a preemptor lacks)."""
+        out: list[tuple[int, int]] = []
         tr, yr = tt.res, ts.res
         assert tr is not None and yr is not None
         if g:
             after = tt.usage + g
             limit = tt.quota if within_quota else tt.max_use
-            if limit is not None and after > limit:
-                return (-1, 0)
             kept = tt.kept
             above = max(0, after - kept) - max(0, tt.usage - kept)
-            if above and above > self.pool_available(tt, ts):
-                return (-1, 1)
-            if ts.running + g > ts.capacity:
-                return (-1, 2)
+            if limit is not None and after > limit:
+                out.append((-1, 0))
+            elif above and above > self.pool_available(tt, ts):
+                out.append((-1, 1))
+            elif ts.running + g > ts.capacity:
+                out.append((-1, 2))
+            if out and not every:
+                return out
         for k, amount in enumerate(asked):
             if not amount:
                 continue
             usage = tr.usage[k]
             after = usage + amount
             limit_k = tr.quota[k] if within_quota else tr.max_use[k]
-            if limit_k is not None and after > limit_k:
-                return (k, 0)
             kept = tr.kept[k]
             above = max(0, after - kept) - max(0, usage - kept)
-            if above and above > self.res_available(tt, ts, k):
-                return (k, 1)
-            if yr.running[k] + amount > yr.capacity[k]:
-                return (k, 2)
-        return None
+            if limit_k is not None and after > limit_k:
+                out.append((k, 0))
+            elif above and above > self.res_available(tt, ts, k):
+                out.append((k, 1))
+            elif yr.running[k] + amount > yr.capacity[k]:
+                out.append((k, 2))
+            else:
+                continue
+            if not every:
+                return out
+        return out
 
     def fits_res(self, rec: JobRecord, within_quota: bool = False) -> bool:
         """``fits`` of a job on a type that counts other resources (docs/resources.md 4)."""

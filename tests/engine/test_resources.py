@@ -1,6 +1,7 @@
 """docs/resources.md: what an instance type's node has, the quotas the ratio rule resolves
 (section 2), what a job asks (section 3), and the cycle's fit, placement and reasons per
-resource (sections 4 and 7)."""
+resource (sections 4 and 7), fair share by the dominant resource (section 5) and preemption
+per resource (section 6)."""
 
 from __future__ import annotations
 
@@ -379,3 +380,40 @@ def test_s5_dominant_share_of_gpus_alone_is_policy_share() -> None:
     jobs = tuple(replace(j, memory_gib=None) for j in snap.jobs)
     plan = allocate(replace(snap, instance_types=(gpus_only,), teams=teams, jobs=jobs), 0.0)
     assert [s.job_id for s in plan.starts] == ["b2"]
+
+
+@pytest.mark.parametrize("mode", ["fair-share", "first-come-first-serve"])
+def test_s6_preemption_frees_the_memory_the_preemptor_lacks(mode: str) -> None:
+    """docs/resources.md 6: b is within its GPU quota but borrows 876 GiB of memory; a's job,
+    within a's quota, lacks memory on the one node (1,900 of 2,048 GiB used, 512 asked). b1 is
+    a valid candidate because b borrows memory, the resource a2 lacks: it is preempted and a2
+    starts. Searching by GPUs alone, b (borrowing no GPU) would give no candidate."""
+    from allocations.engine import IdleAllocation
+
+    teams = (Team("a", {P5.name: Quota(quota=4)}), Team("b", {P5.name: Quota(quota=4)}))
+    jobs = (
+        Job("b1", "b", P5.name, 2, -10.0, nodes=(("n1", 2),), started_at=-10.0, memory_gib=1900),
+        Job("a2", "a", P5.name, 2, 0.0),
+    )
+    policy = ClusterPolicy(idle_allocation=IdleAllocation(mode))
+    plan = allocate(Snapshot((P5,), (Node("n1", P5.name, 8),), teams, policy, jobs), 0.0)
+    assert [(p.job_id, p.preemptor) for p in plan.preemptions] == [("b1", "a2")]
+    assert [s.job_id for s in plan.starts] == ["a2"]
+
+
+def test_s6_a_team_borrowing_only_what_the_preemptor_has_gives_no_victim() -> None:
+    """docs/resources.md 6: b borrows GPUs (3 of its 2) but no memory (700 of its 1,024 GiB);
+    a2, within a's quotas, lacks memory alone (the node's and the pool's), so b's jobs are no
+    candidates and a2 waits. Searching by GPUs, b1 would have been taken."""
+    teams = (
+        Team("a", {P5.name: Quota(quota=4)}),
+        Team("b", {P5.name: Quota(quota=2, resources=(("memory_gib", 1024),))}),
+    )
+    jobs = (
+        Job("b1", "b", P5.name, 3, -10.0, nodes=(("n1", 3),), started_at=-10.0, memory_gib=700),
+        Job("a1", "a", P5.name, 1, -10.0, nodes=(("n1", 1),), started_at=-10.0, memory_gib=1000),
+        Job("a2", "a", P5.name, 2, 0.0, memory_gib=500),
+    )
+    plan = allocate(Snapshot((P5,), (Node("n1", P5.name, 8),), teams, ClusterPolicy(), jobs), 0.0)
+    assert plan.preemptions == ()
+    assert plan.starts == ()
