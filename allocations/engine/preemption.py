@@ -808,6 +808,18 @@ def _first_come_first_serve(state: CycleState, rec: JobRecord) -> Victims | None
     return _minimal(state, rec, others_b, PreemptionReason.RECLAIM_WHILE_BORROWING, own, within_quota=False)
 
 
+def _rule_a_keeps(
+    trial: ResTrial, cand: JobRecord, mine: ShareKey, seen: dict[tuple[int, tuple[int, ...] | None], bool]
+) -> bool:
+    """Rule A with dominant shares (docs/resources.md 5): ``cand``'s team's share once it is
+    taken is still at least ``mine``; ``seen``: the answers so far, by what a victim frees."""
+    key = (cand.gpus, cand.res)
+    kept = seen.get(key)
+    if kept is None:
+        kept = seen[key] = share_at_least(trial.share_taking(cand), mine)
+    return kept
+
+
 def _rule_a_room(state: CycleState, borrowed: int, team: TeamState, mine: ShareKey) -> int:
     """The most GPUs ``team`` (now borrowing ``borrowed``) can lose with ``mine`` still at most
     its share afterwards (rule A); -1 when even losing nothing leaves it below ``mine``. Shares
@@ -930,15 +942,20 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Search:
         else:
             room = 1 << 62
             mine_now = res_trial.share_with()
+            # Rule A per victim, kept by what the victim frees: nothing changes while they are
+            # rejected.
+            seen: dict[tuple[int, tuple[int, ...] | None], bool] = {}
         borrowed_here = trial.usage_of(ctt) - ctt.quota
         first_rejected: JobRecord | None = None
+        # With dominant shares, a team already below ``mine`` rejects them all (shares only fall).
+        if res_trial is not None and not within and not share_at_least(res_trial.share(team), mine_now):
+            first_rejected = cands[cursor[idx]]
+            cursor[idx] = len(cands)
         while cursor[idx] < len(cands):
             cand = cands[cursor[idx]]
             cursor[idx] += 1
             if min(cand.gpus, borrowed_here) > room or (
-                res_trial is not None
-                and not within
-                and not share_at_least(res_trial.share_taking(cand), mine_now)
+                res_trial is not None and not within and not _rule_a_keeps(res_trial, cand, mine_now, seen)
             ):
                 if first_rejected is None:
                     first_rejected = cand
