@@ -417,3 +417,15 @@ def test_s6_a_team_borrowing_only_what_the_preemptor_has_gives_no_victim() -> No
     plan = allocate(Snapshot((P5,), (Node("n1", P5.name, 8),), teams, ClusterPolicy(), jobs), 0.0)
     assert plan.preemptions == ()
     assert plan.starts == ()
+
+
+@pytest.mark.parametrize(("history", "first"), [(1.0, "a2"), (3.0, "b2")])
+def test_s5_gpu_history_counts_in_the_dominant_share(history: float, first: str) -> None:
+    """docs/resources.md 5 with docs/fairness.md: half of a's share is its past borrowing of
+    GPUs, over the same GPU pool: with 3 GPUs borrowed on average a's share is (5 + 3) / 2 of
+    16 GPUs (0.25), above b's half of 0.43 (0.21), and b2 goes first; with 1 GPU (0.19) a2
+    still does."""
+    snap = _dominant_cluster()
+    policy = replace(snap.policy, fair_share_half_life_s=3600.0, fair_share_history_percent=50)
+    plan = allocate(replace(snap, policy=policy, borrowed_history={"a": history}), 0.0)
+    assert [s.job_id for s in plan.starts] == [first]
