@@ -566,14 +566,31 @@ class BatchedCycle:
         borrows = 1 if (usage + g > tt.quota if res is None else job_borrows(tt, g, res)) else 0
         rank: tuple[int, ...]
         if self.fair_share:
-            extra = max(0, usage + g - tt.quota) - max(0, usage - tt.quota)
-            tier, value = share_key(
-                team.borrowed + extra, team.unit, self.state.pool_total, team.history, team.scale
-            )
+            state = self.state
+            if state.resources:
+                # docs/resources.md 5: the dominant share, which moves with every resource.
+                tr = tt.res
+                tier, value = state.share_adding(
+                    team,
+                    team.borrowed,
+                    team.res_borrowed,
+                    tt,
+                    usage,
+                    tr.usage if tr is not None else [],
+                    g,
+                    res,
+                )
+            else:
+                extra = max(0, usage + g - tt.quota) - max(0, usage - tt.quota)
+                tier, value = share_key(
+                    team.borrowed + extra, team.unit, state.pool_total, team.history, team.scale
+                )
             rank = (borrows, tier, value)
         else:
             rank = (borrows,)
         shape.rank, shape.rank_usage, shape.rank_borrowed = rank, usage, team.borrowed
+        if self.fair_share and self.state.resources:
+            shape.rank_borrowed = -1  # never kept: the share reads more than borrowed GPUs
         return rank
 
     def _key(self, team: _Team, shape: _Shape, at: int) -> Key:

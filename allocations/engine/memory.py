@@ -247,7 +247,7 @@ class Memory:
         (``TEAM_LIMIT``). Only the reason is made again, in the current state: its figures may
         have moved. A job that waited because its victims would include a job started in the
         cycle (``DEFERRED``) waits again only while nothing changed on its type."""
-        if not self.carry or f.ts.protected or f.res is not None:
+        if not self.carry or f.ts.protected or f.res is not None or self.state.resources:
             # (Nor on a type that counts other resources: the reasoning below is in GPUs.)
             # A job protected by its minimum runtime on the type may make any failure's reason
             # ``min-runtime`` (``remember``), which reads the whole state: nothing is carried.
@@ -316,7 +316,16 @@ class Memory:
         change may let it take jobs that were running before the cycle, or none."""
         state = self.state
         tt = rec.tt
-        own = (rec.team.borrowed, tt.usage) if self.fair_share else None
+        own: tuple[object, ...] | None = (rec.team.borrowed, tt.usage) if self.fair_share else None
+        if own is not None and state.resources:
+            # docs/resources.md 5: the share reads every resource borrowed.
+            team = rec.team
+            own = (
+                team.borrowed,
+                tuple(team.res_borrowed),
+                tt.usage,
+                tuple(tt.res.usage) if tt.res is not None else (),
+            )
         key = (ident, tt.usage + rec.gpus <= tt.quota, own)
         name = rec.ts.name
         memo = self.searched.get(key)

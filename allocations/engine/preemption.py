@@ -455,6 +455,14 @@ class Trial:
     def share(self, team: TeamState) -> ShareKey:
         return share_key(self.borrowed_of(team), team.unit, self.state.pool_total, team.history, team.scale)
 
+    def commit(self, taken: Victims) -> None:
+        """Take the set found off its nodes for real."""
+        for cand, _ in taken:
+            self.state.remove(cand)
+
+    def undo(self) -> None:
+        """A search that found nothing: the state was never changed."""
+
     def share_with(self) -> ShareKey:
         """The preemptor's team's share once it runs."""
         rec = self.rec
@@ -467,14 +475,164 @@ class Trial:
         )
 
 
+class ResTrial(Trial):
+    """A ``Trial`` that also counts, per team, what it borrows of each resource other than GPUs,
+    for the dominant share (docs/resources.md 5): used when some instance type counts them, so
+    that a GPU-only cluster's searches pay nothing for it."""
+
+    __slots__ = ("res_borrowed", "res_usage")
+
+    def __init__(self, state: CycleState, rec: JobRecord) -> None:
+        super().__init__(state, rec)
+        self.res_usage: dict[TeamType, list[int]] = {}
+        self.res_borrowed: dict[TeamState, list[int]] = {}
+
+    def res_usage_of(self, tt: TeamType) -> list[int]:
+        tr = tt.res
+        return self.res_usage.get(tt, tr.usage) if tr is not None else []
+
+    def res_borrowed_of(self, team: TeamState) -> list[int]:
+        return self.res_borrowed.get(team, team.res_borrowed)
+
+    def take(self, cand: JobRecord) -> None:
+        super().take(cand)
+        asked, tt = cand.res, cand.tt
+        tr = tt.res
+        if asked is None or tr is None:
+            return
+        usage = list(self.res_usage_of(tt))
+        borrowed = list(self.res_borrowed_of(cand.team))
+        for k, a in enumerate(asked):
+            if a:
+                old, quota = usage[k], tr.quota[k]
+                borrowed[tr.dom[k]] += max(0, old - a - quota) - max(0, old - quota)
+                usage[k] = old - a
+        self.res_usage[tt] = usage
+        self.res_borrowed[cand.team] = borrowed
+
+    def share(self, team: TeamState) -> ShareKey:
+        return self.state.dominant_share(team, self.borrowed_of(team), self.res_borrowed_of(team))
+
+    def share_with(self) -> ShareKey:
+        rec = self.rec
+        tt, team = rec.tt, rec.team
+        return self.state.share_adding(
+            team,
+            self.borrowed_of(team),
+            self.res_borrowed_of(team),
+            tt,
+            self.usage_of(tt),
+            self.res_usage_of(tt),
+            rec.gpus,
+            rec.res,
+        )
+
+    def share_taking(self, cand: JobRecord) -> ShareKey:
+        """The share of ``cand``'s team once ``cand`` is taken too."""
+        tt, team = cand.tt, cand.team
+        less = None if cand.res is None else tuple(-a for a in cand.res)
+        return self.state.share_adding(
+            team,
+            self.borrowed_of(team),
+            self.res_borrowed_of(team),
+            tt,
+            self.usage_of(tt),
+            self.res_usage_of(tt),
+            -cand.gpus,
+            less,
+        )
+
+
+class LiveTrial(ResTrial):
+    """docs/resources.md 6: a search for a job on a type that counts other resources takes its
+    candidates off their nodes in the state itself, and asks the state whether the job fits, in
+    every resource and with a placement. ``lacking``: the resources the job lacks (``lacking``);
+    a candidate counts while its team borrows one of them."""
+
+    __slots__ = ("lacking", "removed")
+
+    def __init__(self, state: CycleState, rec: JobRecord, lacking: list[int]) -> None:
+        super().__init__(state, rec)
+        self.lacking = lacking
+        self.removed: list[JobRecord] = []
+
+    def take(self, cand: JobRecord) -> None:
+        self.state.remove(cand)
+        self.removed.append(cand)
+
+    def fits(self, within_quota: bool = False) -> bool:
+        return self.state.fits(self.rec, within_quota)
+
+    def still_borrowing(self, cand: JobRecord) -> bool:
+        return borrows_any(cand.tt, self.lacking)
+
+    def commit(self, taken: Victims) -> None:
+        self.removed = []  # already off their nodes
+
+    def undo(self) -> None:
+        for cand in reversed(self.removed):
+            self.state.restore(cand)
+        self.removed = []
+
+
+def lacking(state: CycleState, rec: JobRecord, within_quota: bool) -> list[int]:
+    """docs/resources.md 6: the resources (-1: GPUs, else the index in ``TypeRes.names``) whose
+    figures fail section 2's conditions for ``rec``; when only the placement fails, every
+    resource the job asks."""
+    asked = rec.res
+    assert asked is not None
+    out = [k for k, _ in state.res_failures(rec.tt, rec.ts, rec.gpus, asked, within_quota)]
+    if not out:
+        out = ([-1] if rec.gpus else []) + [k for k, a in enumerate(asked) if a]
+    return out
+
+
+def borrows_any(tt: TeamType, resources: list[int]) -> bool:
+    """Whether the team borrows on ``tt`` one of ``resources`` (as ``lacking`` gives them)."""
+    tr = tt.res
+    for k in resources:
+        if k < 0:
+            if tt.usage > tt.quota:
+                return True
+        elif tr is not None and tr.usage[k] > tr.quota[k]:
+            return True
+    return False
+
+
+def res_others(
+    state: CycleState, rec: JobRecord, allowed: int | None, max_priority: int | None, within_quota: bool
+) -> Others:
+    """docs/resources.md 6: other teams' candidates on the job's type, below the priority bounds
+    of ``borrowers``, of the teams that borrow a resource the job lacks there, in team order."""
+    bound = min(
+        allowed if allowed is not None else 2**62,
+        max_priority + 1 if max_priority is not None else 2**62,
+    )
+    short = lacking(state, rec, within_quota)
+    out: Others = []
+    for team in state.team_list:
+        tt = team.per_type[rec.ts.name]
+        if team is rec.team or not borrows_any(tt, short):
+            continue
+        part = prefix(team, tt, bound)
+        if part.cands:
+            out.append(part)
+    return out
+
+
+def _trial(state: CycleState, rec: JobRecord, within_quota: bool) -> Trial:
+    if rec.res is not None:
+        return LiveTrial(state, rec, lacking(state, rec, within_quota))
+    return ResTrial(state, rec) if state.resources else Trial(state, rec)
+
+
 def _unused_lendable(tt: TeamType, usage: int) -> int:
     return tt.lendable - min(tt.lendable, max(0, usage - tt.kept))
 
 
-def _commit(state: CycleState, rec: JobRecord, taken: Victims, within_quota: bool) -> Victims:
+def _commit(state: CycleState, rec: JobRecord, taken: Victims, within_quota: bool, trial: Trial) -> Victims:
     """A dry run found a set: remove it for real, then give back what is not needed."""
-    for cand, _ in taken:
-        state.remove(cand)
+    trial.commit(taken)
     return _fill_back(state, rec, taken, within_quota)
 
 
@@ -505,7 +663,7 @@ def _minimal(
     fill back. A team's jobs stop being candidates once it is no longer above its quota (it
     cannot rise above it again during the search), so its remaining jobs are not even visited.
     """
-    trial = Trial(state, rec)
+    trial = _trial(state, rec, within_quota)
     taken: Victims = []
     heap = [(entry.cands[0].victim_key, n) for n, entry in enumerate(others)]
     heapq.heapify(heap)
@@ -522,12 +680,13 @@ def _minimal(
         trial.take(cand)
         taken.append((cand, other_reason))
         if trial.fits(within_quota):
-            return _commit(state, rec, taken, within_quota)
+            return _commit(state, rec, taken, within_quota, trial)
     for cand in own:
         trial.take(cand)
         taken.append((cand, PreemptionReason.IN_TEAM))
         if trial.fits(within_quota):
-            return _commit(state, rec, taken, within_quota)
+            return _commit(state, rec, taken, within_quota, trial)
+    trial.undo()
     return None
 
 
@@ -621,7 +780,11 @@ def _first_come_first_serve(state: CycleState, rec: JobRecord) -> Victims | None
     if not team_limit_hopeless(rec, own, within_quota=True):
         found = borrowers(state, rec.ts, _reclaim_threshold(rec))
         if not _cannot_free_enough(state, rec, own_gpus, found.freeable(rec.team, rec.ts)):
-            others = found.others(rec.team)
+            others = (
+                found.others(rec.team)
+                if rec.res is None
+                else res_others(state, rec, _reclaim_threshold(rec), None, True)
+            )
             if not _placement_hopeless(state, rec, own, others):
                 victims = _minimal(state, rec, others, PreemptionReason.RECLAIM, own, within_quota=True)
                 if victims is not None:
@@ -635,10 +798,26 @@ def _first_come_first_serve(state: CycleState, rec: JobRecord) -> Victims | None
     found_b = borrowers(state, rec.ts, rec.priority, team.preempt_while_borrowing_max_priority)
     if _cannot_free_enough(state, rec, own_gpus, found_b.freeable(rec.team, rec.ts)):
         return None
-    others_b = found_b.others(rec.team)
+    others_b = (
+        found_b.others(rec.team)
+        if rec.res is None
+        else res_others(state, rec, rec.priority, team.preempt_while_borrowing_max_priority, False)
+    )
     if _placement_hopeless(state, rec, own, others_b):
         return None
     return _minimal(state, rec, others_b, PreemptionReason.RECLAIM_WHILE_BORROWING, own, within_quota=False)
+
+
+def _rule_a_keeps(
+    trial: ResTrial, cand: JobRecord, mine: ShareKey, seen: dict[tuple[int, tuple[int, ...] | None], bool]
+) -> bool:
+    """Rule A with dominant shares (docs/resources.md 5): ``cand``'s team's share once it is
+    taken is still at least ``mine``; ``seen``: the answers so far, by what a victim frees."""
+    key = (cand.gpus, cand.res)
+    kept = seen.get(key)
+    if kept is None:
+        kept = seen[key] = share_at_least(trial.share_taking(cand), mine)
+    return kept
 
 
 def _rule_a_room(state: CycleState, borrowed: int, team: TeamState, mine: ShareKey) -> int:
@@ -696,7 +875,11 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Search:
     found = borrowers(state, rec.ts, _reclaim_threshold(rec))
     if not own and floor is not None and not found.any_share_at_least(state, own_team, floor):
         return NONE_AT_SHARE_BOUND  # no team with a share that high: no victim anywhere
-    others = found.others(own_team, floor)
+    others = (
+        found.others(own_team, floor)
+        if rec.res is None
+        else res_others(state, rec, _reclaim_threshold(rec), None, False)
+    )
     if not own and not others:
         return NONE_FOUND
     if not own and floor is not None and not any(_may_lose(state, entry.team, floor) for entry in others):
@@ -714,7 +897,10 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Search:
     if own:
         lists[own_team.index] = (own_team, own)
     cursor = dict.fromkeys(lists, 0)
-    trial = Trial(state, rec)
+    # docs/resources.md 5: with other resources, shares are dominant ones and rule A tests each
+    # victim's team's share after it directly (no room in GPUs).
+    trial = _trial(state, rec, False)
+    res_trial = trial if isinstance(trial, ResTrial) else None
 
     def entry(team: TeamState) -> tuple[int, int, int, VictimKey, int]:
         # Highest share first; on equal shares another team before the preemptor's own; then
@@ -747,13 +933,30 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Search:
         # team's share; a victim of g GPUs lowers its team's borrowed GPUs by min(g, borrowed
         # here), so the acceptable victims are those lowering it by at most ``room``.
         ctt = team.per_type[it]
-        room = (1 << 62) if within else _rule_a_room(state, trial.borrowed_of(team), team, trial.share_with())
+        if res_trial is None:
+            room = (
+                (1 << 62)
+                if within
+                else _rule_a_room(state, trial.borrowed_of(team), team, trial.share_with())
+            )
+        else:
+            room = 1 << 62
+            mine_now = res_trial.share_with()
+            # Rule A per victim, kept by what the victim frees: nothing changes while they are
+            # rejected.
+            seen: dict[tuple[int, tuple[int, ...] | None], bool] = {}
         borrowed_here = trial.usage_of(ctt) - ctt.quota
         first_rejected: JobRecord | None = None
+        # With dominant shares, a team already below ``mine`` rejects them all (shares only fall).
+        if res_trial is not None and not within and not share_at_least(res_trial.share(team), mine_now):
+            first_rejected = cands[cursor[idx]]
+            cursor[idx] = len(cands)
         while cursor[idx] < len(cands):
             cand = cands[cursor[idx]]
             cursor[idx] += 1
-            if min(cand.gpus, borrowed_here) > room:
+            if min(cand.gpus, borrowed_here) > room or (
+                res_trial is not None and not within and not _rule_a_keeps(res_trial, cand, mine_now, seen)
+            ):
                 if first_rejected is None:
                     first_rejected = cand
                 continue
@@ -784,8 +987,9 @@ def _fair_share(state: CycleState, rec: JobRecord) -> Search:
                     fits = True
                     break
     if not fits:
+        trial.undo()
         return NONE_FOUND
-    return Search(_commit(state, rec, taken, within_quota=False))
+    return Search(_commit(state, rec, taken, False, trial))
 
 
 def find_victims(state: CycleState, rec: JobRecord) -> Search:
@@ -799,9 +1003,10 @@ def find_victims(state: CycleState, rec: JobRecord) -> Search:
     meanwhile). Only then: a set of jobs all running before the cycle is taken at once, so a
     job within its team's quota still starts in its cycle (6.4) unless section 4's order itself
     would take a job started in it."""
-    if rec.res is not None:
+    if rec.res is not None or state.resources:
         # The bounds before a search count GPUs, and a job of partitions alone has none: on a
-        # type that counts other resources every search is made in full.
+        # type that counts other resources every search is made in full, and so is every
+        # search of a cluster with such a type (its shares are dominant ones, section 5).
         shortcuts = state.shortcuts
         state.shortcuts = False
         try:
@@ -817,8 +1022,8 @@ def _find_victims(state: CycleState, rec: JobRecord) -> Search:
     search = _fair_share(state, rec) if state.fair_share else Search(_first_come_first_serve(state, rec))
     victims = search.victims
     if victims is not None and rec.res is not None and not state.fits(rec):
-        # docs/resources.md 6 is not implemented yet: the search freed GPUs alone, and a set of
-        # victims after which the job still lacks another resource is no set at all.
+        # docs/resources.md 6: the search asked the state whether the job fits in every
+        # resource (``LiveTrial``); a set after which it still lacks one is no set at all.
         for victim, _ in victims:
             state.restore(victim)
         return NONE_FOUND
@@ -887,7 +1092,7 @@ def min_runtime_reason(state: CycleState, rec: JobRecord) -> PendingReason | Non
     ts.version += 1
     state.share_version += 1
     shortcuts = state.shortcuts
-    if rec.res is not None:
+    if rec.res is not None or state.resources:
         state.shortcuts = False  # as in ``find_victims``
     try:
         victims = _fair_share(state, rec).victims if state.fair_share else _first_come_first_serve(state, rec)

@@ -12,6 +12,7 @@ from bisect import insort
 from collections import defaultdict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import lcm
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Final
 
@@ -249,6 +250,7 @@ class TypeRes:
     __slots__ = (
         "capacity",
         "capacity_ever",
+        "dom",
         "held",
         "names",
         "node_free",
@@ -261,6 +263,8 @@ class TypeRes:
 
     def __init__(self, names: tuple[str, ...], per_node: list[int], ready: list[bool]) -> None:
         k = len(names)
+        # Each resource's index in ``TeamState.res_borrowed`` (``CycleState._build_dominant``).
+        self.dom: list[int] = []
         self.names = names
         self.per_node = per_node
         n_ready = sum(1 for r in ready if r)
@@ -280,7 +284,7 @@ class TeamRes:
     and 4), in ``TypeRes.names`` order. Every one lends its whole quota but under
     ``dont-lend``; lend limits are GPUs only. ``max_use`` None: unlimited."""
 
-    __slots__ = ("kept", "lendable", "max_use", "may_borrow", "quota", "usage")
+    __slots__ = ("dom", "kept", "lendable", "max_use", "may_borrow", "quota", "usage")
 
     def __init__(self, team: Team, it: InstanceType, names: tuple[str, ...]) -> None:
         q = team.quotas.get(it.name, _NO_QUOTA)
@@ -297,6 +301,7 @@ class TeamRes:
             lend_and_borrow and (m is None or m > a) for m, a in zip(self.max_use, self.quota, strict=True)
         ]
         self.usage = [0] * len(names)
+        self.dom: list[int] = []  # as ``TypeRes.dom``
 
     def unused_lendable(self, k: int, usage: int) -> int:
         lendable = self.lendable[k]
@@ -350,6 +355,7 @@ class TeamState:
         "index",
         "members",
         "per_type",
+        "res_borrowed",
         "scale",
         "share",
         "team",
@@ -366,6 +372,9 @@ class TeamState:
         self.unit = 0  # its weight's unit among the cycle's teams (``ranking.share_units``)
         self.per_type: dict[str, TeamType] = {}
         self.borrowed = 0  # sum over instance types of max(0, usage - quota)
+        # The same per resource other than GPUs, by ``CycleState.dom_factor``'s index; empty
+        # when every instance type counts GPUs alone.
+        self.res_borrowed: list[int] = []
         self.share = ZERO_SHARE  # share_key of ``borrowed``, kept with it (CycleState._change_usage)
         # Its borrowing in the past and the weight of borrowing now (``ranking.history_terms``):
         # fixed for the cycle, so its share still moves only with ``borrowed``.
@@ -468,6 +477,12 @@ class CycleState:
         self.team_list: list[TeamState] = []
         self.records: list[JobRecord] = []
         self.pool_total = 0
+        # docs/resources.md 5: shares compare ``max_r borrowed_r * L // pool_r`` with ``L`` the
+        # least common multiple of the pools' totals, so ``share_key`` is given ``L`` as its
+        # total. With GPUs alone ``L`` is the GPU pool and the factor 1: POLICY.md's share.
+        self.share_total = 0
+        self.gpu_factor = 1
+        self.dom_factor: list[int] = []
         # Per instance type, bumped by whatever may let a preemption search that failed there
         # succeed: a preemption (frees GPUs), or a team borrowing more (its jobs, the one it
         # started among them, become candidates; its share rises). Admissions otherwise only
@@ -554,6 +569,9 @@ class CycleState:
             self.pool_total += ts.pool
             if ts.res is not None:
                 self._res_pools(ts, ts.res)
+        self.share_total = self.pool_total
+        if self.resources:
+            self._build_dominant()
 
         # Each team's usage is counted once per instance type, not once per running job.
         records = self.records
@@ -595,6 +613,30 @@ class CycleState:
             yr.quota_sum[k] = quota_k
             free_k = max(0, yr.capacity[k] - quota_k) if self.policy.share_unallocated else 0
             yr.pool[k] = lendable_k + free_k
+
+    def _build_dominant(self) -> None:
+        """docs/resources.md 5: each resource's factor ``L // pool_r`` (0 for a pool of 0), and
+        the GPU history scaled to the same unit."""
+        totals: dict[str, int] = {}
+        for ts in self.types.values():
+            if ts.res is not None:
+                for name, pool in zip(ts.res.names, ts.res.pool, strict=True):
+                    totals[name] = totals.get(name, 0) + pool
+        names = sorted(totals)
+        positive = [p for p in [self.pool_total, *(totals[n] for n in names)] if p > 0]
+        scale = lcm(*positive) if positive else 0
+        self.share_total = scale
+        self.gpu_factor = scale // self.pool_total if self.pool_total > 0 else 0
+        self.dom_factor = [scale // totals[n] if totals[n] > 0 else 0 for n in names]
+        index = {n: i for i, n in enumerate(names)}
+        for ts in self.types.values():
+            if ts.res is not None:
+                ts.res.dom = [index[n] for n in ts.res.names]
+                for team_state in self.team_list:
+                    _team_res(team_state.per_type[ts.name]).dom = ts.res.dom
+        for team_state in self.team_list:
+            team_state.res_borrowed = [0] * len(names)
+            team_state.history *= self.gpu_factor
 
     def _build_teams(self, snapshot: Snapshot, types: dict[str, InstanceType]) -> None:
         for i, team in enumerate(snapshot.teams):
@@ -793,7 +835,10 @@ class CycleState:
         if borrowed:
             self.share_version += 1
             team.borrowed += borrowed
-            team.share = share_key(team.borrowed, team.unit, self.pool_total, team.history, team.scale)
+            if self.resources:
+                team.share = self.dominant_share(team, team.borrowed, team.res_borrowed)
+            else:
+                team.share = share_key(team.borrowed, team.unit, self.pool_total, team.history, team.scale)
         if (old > quota) != (new > quota):
             ts.touch(team.index)
             if new > quota:
@@ -809,17 +854,27 @@ class CycleState:
         tt, ts = rec.tt, rec.ts
         tr, yr, asked = tt.res, ts.res, rec.res
         assert tr is not None and yr is not None and asked is not None
+        team = rec.team
+        moved = False
         for k, amount in enumerate(asked):
             if not amount:
                 continue
             old = tr.usage[k]
             new = old + sign * amount
+            quota = tr.quota[k]
+            borrowed = max(0, new - quota) - max(0, old - quota)
+            if borrowed:
+                team.res_borrowed[tr.dom[k]] += borrowed
+                moved = True
             kept = tr.kept[k]
             yr.pool_used[k] += max(0, new - kept) - max(0, old - kept)
             if tt.holding:
                 yr.held[k] += tr.unused_lendable(k, new) - tr.unused_lendable(k, old)
             tr.usage[k] = new
             yr.running[k] += sign * amount
+        if moved:
+            self.share_version += 1
+            team.share = self.dominant_share(team, team.borrowed, team.res_borrowed)
         index = ts.placement.index
         for (name, _), share in zip(rec.nodes, node_shares(asked, rec.nodes), strict=True):
             free = yr.node_free[index[name]]
@@ -897,34 +952,55 @@ class CycleState:
         ``TypeRes.names``), in section 1's order, whose figures fail section 2's first three
         conditions, and which (0: the team's limit, 1: the pool, 2: the ready capacity); None
         when every one holds."""
+        failures = self.res_failures(tt, ts, g, asked, within_quota, every=False)
+        return failures[0] if failures else None
+
+    def res_failures(
+        self,
+        tt: TeamType,
+        ts: TypeState,
+        g: int,
+        asked: tuple[int, ...],
+        within_quota: bool = False,
+        every: bool = True,
+    ) -> list[tuple[int, int]]:
+        """``res_failure`` of each resource that fails (of the first alone unless ``every``),
+        in section 1's order (docs/resources.md 6: what a preemptor lacks)."""
+        out: list[tuple[int, int]] = []
         tr, yr = tt.res, ts.res
         assert tr is not None and yr is not None
         if g:
             after = tt.usage + g
             limit = tt.quota if within_quota else tt.max_use
-            if limit is not None and after > limit:
-                return (-1, 0)
             kept = tt.kept
             above = max(0, after - kept) - max(0, tt.usage - kept)
-            if above and above > self.pool_available(tt, ts):
-                return (-1, 1)
-            if ts.running + g > ts.capacity:
-                return (-1, 2)
+            if limit is not None and after > limit:
+                out.append((-1, 0))
+            elif above and above > self.pool_available(tt, ts):
+                out.append((-1, 1))
+            elif ts.running + g > ts.capacity:
+                out.append((-1, 2))
+            if out and not every:
+                return out
         for k, amount in enumerate(asked):
             if not amount:
                 continue
             usage = tr.usage[k]
             after = usage + amount
             limit_k = tr.quota[k] if within_quota else tr.max_use[k]
-            if limit_k is not None and after > limit_k:
-                return (k, 0)
             kept = tr.kept[k]
             above = max(0, after - kept) - max(0, usage - kept)
-            if above and above > self.res_available(tt, ts, k):
-                return (k, 1)
-            if yr.running[k] + amount > yr.capacity[k]:
-                return (k, 2)
-        return None
+            if limit_k is not None and after > limit_k:
+                out.append((k, 0))
+            elif above and above > self.res_available(tt, ts, k):
+                out.append((k, 1))
+            elif yr.running[k] + amount > yr.capacity[k]:
+                out.append((k, 2))
+            else:
+                continue
+            if not every:
+                return out
+        return out
 
     def fits_res(self, rec: JobRecord, within_quota: bool = False) -> bool:
         """``fits`` of a job on a type that counts other resources (docs/resources.md 4)."""
@@ -1012,6 +1088,7 @@ class CycleState:
         rec.nodes = nodes
         team = rec.team
         borrowed = team.borrowed
+        share = team.share
         self._change_usage(rec, rec.gpus)
         if rec.res is not None:
             self._change_res(rec, 1)
@@ -1033,7 +1110,7 @@ class CycleState:
         else:
             insort(tt.candidates, rec, key=_victim_key)
             self.counted(rec)
-        if team.borrowed > borrowed:
+        if (team.share > share) if self.resources else (team.borrowed > borrowed):
             # Its share rose: its candidates may now be taken where it borrows.
             for name, team_tt in team.per_type.items():
                 if team_tt.usage > team_tt.quota and team_tt.candidates:
@@ -1125,7 +1202,50 @@ class CycleState:
         tt = rec.tt
         extra = max(0, tt.usage + rec.gpus - tt.quota) - max(0, tt.usage - tt.quota)
         team = rec.team
+        if self.resources:
+            tr = tt.res
+            return self.share_adding(
+                team,
+                team.borrowed,
+                team.res_borrowed,
+                tt,
+                tt.usage,
+                tr.usage if tr is not None else [],
+                rec.gpus,
+                rec.res,
+            )
         return share_key(team.borrowed + extra, team.unit, self.pool_total, team.history, team.scale)
+
+    def dominant_share(self, team: TeamState, gpus: int, res: list[int]) -> ShareKey:
+        """docs/resources.md 5: the team's share with ``gpus`` borrowed GPUs and ``res``
+        borrowed of each other resource, its largest scaled by ``dom_factor``."""
+        best = gpus * self.gpu_factor
+        for borrowed, factor in zip(res, self.dom_factor, strict=True):
+            best = max(best, borrowed * factor)
+        return share_key(best, team.unit, self.share_total, team.history, team.scale)
+
+    def share_adding(
+        self,
+        team: TeamState,
+        gpus: int,
+        res: list[int],
+        tt: TeamType,
+        usage: int,
+        res_usage: list[int],
+        g: int,
+        asked: tuple[int, ...] | None,
+    ) -> ShareKey:
+        """``dominant_share`` once ``g`` GPUs and ``asked`` more (less, when negative) run on
+        ``tt``, whose usage is ``usage`` and ``res_usage`` then (docs/resources.md 5)."""
+        gpus += max(0, usage + g - tt.quota) - max(0, usage - tt.quota)
+        tr = tt.res
+        if asked is not None and tr is not None:
+            res = list(res)
+            for k, a in enumerate(asked):
+                if a:
+                    quota, before = tr.quota[k], res_usage[k]
+                    res[tr.dom[k]] += max(0, before + a - quota) - max(0, before - quota)
+        return self.dominant_share(team, gpus, res)
 
     # -- reasons (POLICY.md section 5, from step 4 on) ------------------------------------
     def reason(self, rec: JobRecord) -> PendingReason:

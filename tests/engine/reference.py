@@ -6,7 +6,10 @@ and plain on purpose: each pending job is popped from one heap of team heads, te
 started, given victims, or left waiting, in the state as it is then. It shares the engine's
 accounting (``state.CycleState``, built with ``shortcuts=False``: no bound tested before a
 search) and section 4's search (``preemption.find_victims``), and nothing of the cycle's memory
-of failures. Product code never imports it.
+of failures. Shares are ``CycleState.share_with``'s, read afresh at each offer: the dominant
+resource share (docs/resources.md 5) once some instance type counts other resources; a search for a
+job on such a type judges every resource the job lacks (section 6). Product
+code never imports it.
 
 1. Each active team's pending jobs, ordered by priority (high first), submit time, then id (3.1).
 2. Each team offers its head; the heads compete in one heap ranked by the head order (3.2). A

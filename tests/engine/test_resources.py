@@ -1,6 +1,7 @@
 """docs/resources.md: what an instance type's node has, the quotas the ratio rule resolves
 (section 2), what a job asks (section 3), and the cycle's fit, placement and reasons per
-resource (sections 4 and 7)."""
+resource (sections 4 and 7), fair share by the dominant resource (section 5) and preemption
+per resource (section 6)."""
 
 from __future__ import annotations
 
@@ -336,3 +337,95 @@ def test_s3_never_fits_judges_every_resource_at_submission() -> None:
     assert never_fits(parts, job) is None
     with pytest.raises(ValueError, match=r"job\.gpus: must be above 0"):
         never_fits(parts, Job("p", "a", P4D.name, 0, 0.0))
+
+
+def _dominant_cluster() -> Snapshot:
+    """a borrows 4 of the 16 GPUs of the pool and no memory; b borrows 3 GPUs but 1,744 of the
+    4,096 GiB memory pool (its quota names 256 GiB). One GPU is free, on n2."""
+    from allocations.engine import IdleAllocation
+
+    teams = (
+        Team("a", {P5.name: Quota(quota=4, borrow_unlimited=True)}),
+        Team("b", {P5.name: Quota(quota=4, resources=(("memory_gib", 256),), borrow_unlimited=True)}),
+    )
+    jobs = (
+        Job("a1", "a", P5.name, 8, -10.0, nodes=(("n1", 8),), started_at=-10.0, memory_gib=100),
+        Job("b1", "b", P5.name, 7, -10.0, nodes=(("n2", 7),), started_at=-10.0, memory_gib=2000),
+        Job("a2", "a", P5.name, 1, 0.0, seq=1, memory_gib=10),
+        Job("b2", "b", P5.name, 1, 0.0, seq=2, memory_gib=10),
+    )
+    nodes = (Node("n1", P5.name, 8), Node("n2", P5.name, 8))
+    return Snapshot((P5,), nodes, teams, ClusterPolicy(idle_allocation=IdleAllocation.FAIR_SHARE), jobs)
+
+
+def test_s5_fair_share_ranks_by_the_dominant_resource() -> None:
+    """docs/resources.md 5: once its job runs, a's share is 5 of 16 GPUs (0.31) and b's is
+    1,754 of 4,096 GiB memory (0.43), its dominant resource; by GPUs alone b's would be 4 of 16
+    (0.25). The lower share goes first: a2 takes the free GPU, and b2 may not take it back
+    (rules A and B need b's share below a's)."""
+    plan = allocate(_dominant_cluster(), 0.0)
+    assert [s.job_id for s in plan.starts] == ["a2"]
+    assert plan.preemptions == ()
+    assert plan.pending["b2"].code != "exceeds-max"
+
+
+def test_s5_dominant_share_of_gpus_alone_is_policy_share() -> None:
+    """docs/resources.md 5: on a type that counts GPUs alone the same cluster ranks by borrowed
+    GPUs, as POLICY.md 3.2 does: b (3 borrowed) is below a (4), and b2 starts."""
+    gpus_only = replace(P5, vcpus_per_node=0, memory_gib_per_node=0)
+    snap = _dominant_cluster()
+    teams = tuple(
+        replace(t, quotas={gpus_only.name: Quota(quota=4, borrow_unlimited=True)}) for t in snap.teams
+    )
+    jobs = tuple(replace(j, memory_gib=None) for j in snap.jobs)
+    plan = allocate(replace(snap, instance_types=(gpus_only,), teams=teams, jobs=jobs), 0.0)
+    assert [s.job_id for s in plan.starts] == ["b2"]
+
+
+@pytest.mark.parametrize("mode", ["fair-share", "first-come-first-serve"])
+def test_s6_preemption_frees_the_memory_the_preemptor_lacks(mode: str) -> None:
+    """docs/resources.md 6: b is within its GPU quota but borrows 876 GiB of memory; a's job,
+    within a's quota, lacks memory on the one node (1,900 of 2,048 GiB used, 512 asked). b1 is
+    a valid candidate because b borrows memory, the resource a2 lacks: it is preempted and a2
+    starts. Searching by GPUs alone, b (borrowing no GPU) would give no candidate."""
+    from allocations.engine import IdleAllocation
+
+    teams = (Team("a", {P5.name: Quota(quota=4)}), Team("b", {P5.name: Quota(quota=4)}))
+    jobs = (
+        Job("b1", "b", P5.name, 2, -10.0, nodes=(("n1", 2),), started_at=-10.0, memory_gib=1900),
+        Job("a2", "a", P5.name, 2, 0.0),
+    )
+    policy = ClusterPolicy(idle_allocation=IdleAllocation(mode))
+    plan = allocate(Snapshot((P5,), (Node("n1", P5.name, 8),), teams, policy, jobs), 0.0)
+    assert [(p.job_id, p.preemptor) for p in plan.preemptions] == [("b1", "a2")]
+    assert [s.job_id for s in plan.starts] == ["a2"]
+
+
+def test_s6_a_team_borrowing_only_what_the_preemptor_has_gives_no_victim() -> None:
+    """docs/resources.md 6: b borrows GPUs (3 of its 2) but no memory (700 of its 1,024 GiB);
+    a2, within a's quotas, lacks memory alone (the node's and the pool's), so b's jobs are no
+    candidates and a2 waits. Searching by GPUs, b1 would have been taken."""
+    teams = (
+        Team("a", {P5.name: Quota(quota=4)}),
+        Team("b", {P5.name: Quota(quota=2, resources=(("memory_gib", 1024),))}),
+    )
+    jobs = (
+        Job("b1", "b", P5.name, 3, -10.0, nodes=(("n1", 3),), started_at=-10.0, memory_gib=700),
+        Job("a1", "a", P5.name, 1, -10.0, nodes=(("n1", 1),), started_at=-10.0, memory_gib=1000),
+        Job("a2", "a", P5.name, 2, 0.0, memory_gib=500),
+    )
+    plan = allocate(Snapshot((P5,), (Node("n1", P5.name, 8),), teams, ClusterPolicy(), jobs), 0.0)
+    assert plan.preemptions == ()
+    assert plan.starts == ()
+
+
+@pytest.mark.parametrize(("history", "first"), [(1.0, "a2"), (3.0, "b2")])
+def test_s5_gpu_history_counts_in_the_dominant_share(history: float, first: str) -> None:
+    """docs/resources.md 5 with docs/fairness.md: half of a's share is its past borrowing of
+    GPUs, over the same GPU pool: with 3 GPUs borrowed on average a's share is (5 + 3) / 2 of
+    16 GPUs (0.25), above b's half of 0.43 (0.21), and b2 goes first; with 1 GPU (0.19) a2
+    still does."""
+    snap = _dominant_cluster()
+    policy = replace(snap.policy, fair_share_half_life_s=3600.0, fair_share_history_percent=50)
+    plan = allocate(replace(snap, policy=policy, borrowed_history={"a": history}), 0.0)
+    assert [s.job_id for s in plan.starts] == [first]
