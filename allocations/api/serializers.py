@@ -257,6 +257,11 @@ class JobSerializer(serializers.ModelSerializer):
             "last_preempted_at",
             "progress_kept_s",
             "lost_gpu_seconds",
+            # docs/preemption.md section 5: a victim within its grace (null otherwise).
+            "terminating_since",
+            "grace_ends_at",
+            "preempted_for",
+            "preempted_reason",
         ]
         read_only_fields = fields
 

@@ -140,3 +140,29 @@ def test_admin_sets_the_preemption_graces_and_reads_them_back(personas):
     assert (listed["urgent"]["preemption_grace_s"], listed["training"]["preemption_grace_s"]) == (120, None)
     assert ClusterPolicy.objects.get().preemption_grace_s == 30
     assert AuditEntry.objects.filter(field="preemption_grace_s", old_value="0", new_value="30").exists()
+
+
+def test_a_terminating_job_says_so_through_the_api(personas):
+    """docs/preemption.md section 5: a victim within its grace shows when it was signalled,
+    when its grace ends and the job it stops for, as its page does; other jobs show nulls."""
+    from datetime import timedelta
+
+    now = timezone.now().replace(microsecond=0)
+    preemptor = f.make_job(personas.other_team, personas.instance_type, 8)
+    victim = f.make_job(
+        personas.team,
+        personas.instance_type,
+        8,
+        state="running",
+        started_at=now - timedelta(seconds=100),
+        nodes=[[personas.nodes[0].name, 8]],
+        terminating_since=now - timedelta(seconds=10),
+        grace_ends_at=now + timedelta(seconds=20),
+        preempted_for=preemptor,
+        preempted_reason="reclaim",
+    )
+    data = client_for(personas.member).get(f"/api/v1/jobs/{victim.pk}/").json()
+    assert data["grace_ends_at"] is not None and data["terminating_since"] is not None
+    assert (data["preempted_for"], data["preempted_reason"]) == (preemptor.pk, "reclaim")
+    other = client_for(personas.other_member).get(f"/api/v1/jobs/{preemptor.pk}/").json()
+    assert (other["terminating_since"], other["grace_ends_at"], other["preempted_for"]) == (None, None, None)
